@@ -1,0 +1,1 @@
+//! haltsql: the policy loader, the verify engine and the HTTP server.

@@ -1,0 +1,1 @@
+//! The HaltSQL operator: CRD types, pure rendering and the two controllers.
