@@ -1,0 +1,51 @@
+# haltsql-operator: see README.md. `make help` lists the targets.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+ROOT := $(abspath .)
+BIN := $(ROOT)/bin
+CARGO ?= cargo
+KUBECTL := $(BIN)/kubectl
+IMG ?= haltsql-operator:dev
+
+.PHONY: help
+help: ## List the targets.
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+
+.PHONY: tools
+tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok and helm from Go modules into bin/.
+	hack/build-tools.sh
+
+.PHONY: build
+build: ## Build the operator and the haltsql CLI (debug).
+	$(CARGO) build --workspace --bins
+
+.PHONY: manifests
+manifests: ## Regenerate the CRDs and the ClusterRole from the Rust types.
+	$(CARGO) run --quiet --bin crdgen
+
+.PHONY: generate
+generate: manifests ## Alias of manifests (no other generated code).
+
+.PHONY: cluster-up
+cluster-up: tools ## Start the full local cluster (kubeconfig: .cluster/kubeconfig).
+	hack/cluster.sh up full
+
+.PHONY: cluster-up-envtest
+cluster-up-envtest: tools ## Start etcd + kube-apiserver only (kubeconfig: .cluster/envtest/kubeconfig).
+	hack/cluster.sh up envtest
+
+.PHONY: cluster-down
+cluster-down: ## Stop both local clusters and remove their state.
+	hack/cluster.sh down full
+	hack/cluster.sh down envtest
+
+.PHONY: lint
+lint: ## cargo fmt --check and clippy with warnings as errors.
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: test
+test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
+	hack/test.sh

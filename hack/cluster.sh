@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# The local control plane used by the tests and the demo, built from source by
+# hack/build-tools.sh. Everything listens on loopback only.
+#
+#   hack/cluster.sh up [full|envtest]   start (idempotent) and wait until ready
+#   hack/cluster.sh down [full|envtest] stop exactly the processes it started, remove state
+#   hack/cluster.sh status [full|envtest]
+#
+# full:    etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
+#          with one fake Node; kubeconfig at .cluster/kubeconfig.
+# envtest: etcd and kube-apiserver only (no controllers: tests write Deployment
+#          status themselves); kubeconfig at .cluster/envtest/kubeconfig.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="$root/bin"
+cmd=${1:-}
+mode=${2:-full}
+
+case "$mode" in
+  full)    etcd_port=12379; api_port=16443 ;;
+  envtest) etcd_port=22379; api_port=26443 ;;
+  *) echo "unknown cluster mode: $mode (full or envtest)" >&2; exit 2 ;;
+esac
+state="$root/.cluster/$mode"
+pki="$state/pki"
+logs="$state/logs"
+kubeconfig="$state/kubeconfig"
+components=(etcd kube-apiserver)
+[ "$mode" = full ] && components+=(kube-controller-manager kube-scheduler kwok)
+
+log() { echo ">> [$mode] $*" >&2; }
+
+alive() { # alive NAME: the recorded process is still running
+  local pidfile="$state/$1.pid"
+  [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+}
+
+start() { # start NAME CMD...: run in the background, record the pid, log to logs/NAME.log
+  local name=$1; shift
+  if alive "$name"; then return 0; fi
+  setsid "$@" >"$logs/$name.log" 2>&1 < /dev/null &
+  echo $! >"$state/$name.pid"
+}
+
+wait_for() { # wait_for WHAT SECONDS CMD...
+  local what=$1 limit=$2; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      log "timed out waiting for $what; last log lines:"
+      tail -n 30 "$logs"/*.log >&2 || true
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+make_pki() {
+  [ -f "$pki/admin.crt" ] && return 0
+  mkdir -p "$pki"
+  (
+    cd "$pki"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=haltsql-local-ca" \
+      -keyout ca.key -out ca.crt 2>/dev/null
+    cat >serving.ext <<EXT
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc
+extendedKeyUsage=serverAuth
+EXT
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
+    openssl x509 -req -in serving.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile serving.ext -out serving.crt 2>/dev/null
+    printf 'extendedKeyUsage=clientAuth\n' >client.ext
+    openssl req -newkey rsa:2048 -nodes -subj "/O=system:masters/CN=local-admin" -keyout admin.key -out admin.csr 2>/dev/null
+    openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+      -extfile client.ext -out admin.crt 2>/dev/null
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    chmod 600 ./*.key
+  )
+}
+
+write_kubeconfig() {
+  cat >"$kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: haltsql-$mode
+  cluster:
+    server: https://127.0.0.1:$api_port
+    certificate-authority: $pki/ca.crt
+users:
+- name: local-admin
+  user:
+    client-certificate: $pki/admin.crt
+    client-key: $pki/admin.key
+contexts:
+- name: haltsql-$mode
+  context: {cluster: haltsql-$mode, user: local-admin}
+current-context: haltsql-$mode
+KC
+}
+
+kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+
+up() {
+  for tool in etcd kube-apiserver kubectl; do
+    [ -x "$bin/$tool" ] || { echo "missing $bin/$tool: run 'make tools' first" >&2; exit 1; }
+  done
+  mkdir -p "$state" "$logs"
+  make_pki
+  write_kubeconfig
+  [ "$mode" = full ] && ln -sfn "full/kubeconfig" "$root/.cluster/kubeconfig"
+
+  start etcd "$bin/etcd" --name "haltsql-$mode" --data-dir "$state/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$((etcd_port + 1))" \
+    --initial-cluster "haltsql-$mode=http://127.0.0.1:$((etcd_port + 1))" \
+    --unsafe-no-fsync --quota-backend-bytes=8589934592 --log-level=warn
+  wait_for "etcd" 60 curl -sf "http://127.0.0.1:$etcd_port/health"
+
+  start kube-apiserver "$bin/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$state/apiserver-certs" \
+    --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --authorization-mode RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 \
+    --endpoint-reconciler-type none \
+    --v=1
+  wait_for "kube-apiserver /readyz" 120 kubectl get --raw /readyz
+
+  if [ "$mode" = full ]; then
+    start kube-controller-manager "$bin/kube-controller-manager" \
+      --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port 0 \
+      --leader-elect=false --use-service-account-credentials=false \
+      --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+      --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+      --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle' \
+      --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --concurrent-gc-syncs 20 \
+      --v=1
+    start kube-scheduler "$bin/kube-scheduler" \
+      --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
+      --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --v=1
+    local stages=()
+    for f in "$bin"/kwok-stages/*.yaml; do stages+=(--config "$f"); done
+    start kwok "$bin/kwok" --kubeconfig "$kubeconfig" \
+      --manage-all-nodes=false --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+      --node-ip 127.0.0.1 --node-lease-duration-seconds 40 "${stages[@]}"
+    kubectl apply --server-side -f - >/dev/null <<NODE
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-0
+  annotations: {kwok.x-k8s.io/node: fake}
+  labels: {kubernetes.io/hostname: kwok-node-0, kubernetes.io/os: linux, type: kwok}
+status:
+  allocatable: {cpu: "64", memory: 256Gi, pods: "1000"}
+  capacity: {cpu: "64", memory: 256Gi, pods: "1000"}
+NODE
+    wait_for "the kwok node to be Ready" 120 kubectl wait --for=condition=Ready node/kwok-node-0 --timeout=5s
+    wait_for "the default ServiceAccount" 120 kubectl -n default get serviceaccount default
+  fi
+  log "ready: export KUBECONFIG=$kubeconfig"
+}
+
+down() {
+  local name
+  for ((i = ${#components[@]} - 1; i >= 0; i--)); do
+    name=${components[$i]}
+    if alive "$name"; then
+      local pid; pid=$(cat "$state/$name.pid")
+      kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  rm -rf "$state"
+  [ "$mode" = full ] && rm -f "$root/.cluster/kubeconfig"
+  rmdir "$root/.cluster" 2>/dev/null || true
+  log "stopped"
+}
+
+status() {
+  for name in "${components[@]}"; do
+    if alive "$name"; then echo "$name: running (pid $(cat "$state/$name.pid"))"; else echo "$name: stopped"; fi
+  done
+}
+
+case "$cmd" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up|down|status [full|envtest]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# `make test`: lint, build, start both local clusters, run every test tier,
+# and stop the clusters again whatever happened.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+stop_clusters() {
+  hack/cluster.sh down full >/dev/null 2>&1 || true
+  hack/cluster.sh down envtest >/dev/null 2>&1 || true
+}
+started=()
+cleanup() {
+  local status=$?
+  for mode in "${started[@]}"; do hack/cluster.sh down "$mode" >/dev/null 2>&1 || true; done
+  exit $status
+}
+trap cleanup EXIT
+
+echo ">> lint" >&2
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo ">> build" >&2
+cargo build --workspace --bins --quiet
+export HALTSQL_BIN="${HALTSQL_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/haltsql}"
+
+# Clusters this run starts are stopped at the end; ones already running are reused.
+for mode in full envtest; do
+  if ! hack/cluster.sh status "$mode" | grep -q 'kube-apiserver: running'; then started+=("$mode"); fi
+  hack/cluster.sh up "$mode"
+done
+export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
+export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
+
+echo ">> cargo test" >&2
+cargo test --workspace --no-fail-fast

@@ -1,0 +1,180 @@
+//! Shared helpers for the tests that run against the local control plane
+//! (`hack/cluster.sh`). Tests fail, never skip, when the cluster is absent.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// Which local control plane a test runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cluster {
+    /// etcd + kube-apiserver + controller-manager + scheduler + kwok.
+    Full,
+    /// etcd + kube-apiserver only: nothing acts on Deployments but the test.
+    Envtest,
+}
+
+impl Cluster {
+    pub fn kubeconfig(self) -> PathBuf {
+        let (var, default) = match self {
+            Cluster::Full => ("HALTSQL_TEST_KUBECONFIG", ".cluster/full/kubeconfig"),
+            Cluster::Envtest => ("HALTSQL_ENVTEST_KUBECONFIG", ".cluster/envtest/kubeconfig"),
+        };
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join(default))
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `haltsql` CLI built from this workspace (`HALTSQL_BIN` overrides).
+pub fn haltsql_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("HALTSQL_BIN") {
+        return PathBuf::from(path);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let path = target.join("debug").join("haltsql");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p haltsql` or set HALTSQL_BIN",
+        path.display()
+    );
+    path
+}
+
+/// A client for the given local cluster; panics with a hint when it is not running.
+pub async fn client_for(cluster: Cluster) -> Client {
+    let path = cluster.kubeconfig();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "cannot read {} ({e}); start the cluster with `make cluster-up` (or `make test`)",
+            path.display()
+        )
+    });
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("kubeconfig of the local cluster is usable");
+    let client = Client::try_from(config).expect("client from the local kubeconfig");
+    client
+        .apiserver_version()
+        .await
+        .unwrap_or_else(|e| panic!("the {cluster:?} cluster at {} does not answer: {e}", path.display()));
+    client
+}
+
+/// A client for the full local cluster.
+pub async fn client() -> Client {
+    client_for(Cluster::Full).await
+}
+
+/// `bin/kubectl` pointed at the given cluster.
+pub fn kubectl_for(cluster: Cluster) -> Command {
+    let mut cmd = Command::new(repo_root().join("bin/kubectl"));
+    cmd.arg("--kubeconfig").arg(cluster.kubeconfig());
+    cmd
+}
+
+pub fn kubectl() -> Command {
+    kubectl_for(Cluster::Full)
+}
+
+/// Runs a command and returns its stdout, panicking with its stderr on failure.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A namespace of its own for one test, deleted (without waiting) when dropped.
+pub struct TestNamespace {
+    pub name: String,
+    cluster: Cluster,
+}
+
+impl TestNamespace {
+    pub async fn new(client: &Client, prefix: &str) -> Self {
+        Self::new_in(client, Cluster::Full, prefix).await
+    }
+
+    pub async fn new_in(client: &Client, cluster: Cluster, prefix: &str) -> Self {
+        static COUNTER: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let ns: Namespace = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"haltsql.dev/test": "true"}}
+        }))
+        .expect("namespace literal");
+        namespaces
+            .create(&PostParams::default(), &ns)
+            .await
+            .unwrap_or_else(|e| panic!("create namespace {name}: {e}"));
+        TestNamespace { name, cluster }
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if std::env::var_os("HALTSQL_TEST_KEEP_NAMESPACES").is_some() {
+            return;
+        }
+        let _ = kubectl_for(self.cluster)
+            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .output();
+    }
+}
+
+/// Polls `check` until it returns `Some`, or panics after `timeout` with `what`.
+pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Deletes an object, ignoring "not found".
+pub async fn delete_ignoring_missing<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => panic!("delete {name}: {e}"),
+    }
+}
+
+pub fn path_exists(path: &Path) -> bool {
+    path.exists()
+}
