@@ -1,3 +1,29 @@
-fn main() {
-    println!("haltsql");
+//! The `haltsql` command: a thin dispatcher over [`haltsql::cli`].
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use haltsql::cli;
+
+/// haltsql: check SQL against policies before it reaches the database.
+#[derive(Debug, Parser)]
+#[command(name = "haltsql", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    Validate(cli::ValidateArgs),
+    HashToken(cli::HashTokenArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let code = match &cli.command {
+        Command::Validate(args) => cli::validate(args),
+        Command::HashToken(args) => cli::hash_token(args),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

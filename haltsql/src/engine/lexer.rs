@@ -1,0 +1,354 @@
+//! A small, iterative pre-scan of the SQL text that follows PostgreSQL's own
+//! lexical rules (standard strings, `E''` strings, dollar quotes, quoted
+//! identifiers, nested block comments).
+//!
+//! It runs before sqlparser and serves three purposes:
+//! - cheap resource limits (nesting depth, token count) so that the parser
+//!   and the AST walk only ever see inputs of bounded depth;
+//! - an independent statement count: if PostgreSQL would see a statement
+//!   boundary that sqlparser does not (a lexer differential), the input is
+//!   denied;
+//! - the first keyword, to name a statement kind without formatting the AST.
+
+use thiserror::Error;
+
+/// Why the pre-scan refused the input.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ScanError {
+    #[error("the SQL text contains a NUL character")]
+    Nul,
+    #[error("unterminated {0}")]
+    Unterminated(&'static str),
+    #[error(
+        "string literal ends at a different place depending on standard_conforming_strings (backslash before a quote)"
+    )]
+    AmbiguousBackslash,
+    #[error("nesting deeper than {0} levels")]
+    TooDeep(usize),
+    #[error("more than {0} tokens")]
+    TooManyTokens(usize),
+    #[error("unbalanced parentheses")]
+    Unbalanced,
+}
+
+/// Limits for the pre-scan.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanLimits {
+    pub max_depth: usize,
+    pub max_tokens: usize,
+}
+
+/// What the pre-scan found.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Scan {
+    /// Non-empty statements separated by `;` (outside strings and comments).
+    pub statements: usize,
+    /// Deepest nesting of `(` and `[`.
+    pub max_depth: usize,
+    /// Number of tokens (approximate: each punctuation character counts).
+    pub tokens: usize,
+    /// The first word of the first statement, lower-cased.
+    pub first_word: Option<String>,
+}
+
+fn is_ident_start(b: u8) -> bool {
+    b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
+}
+
+fn is_ident_cont(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_' || b == b'$' || b >= 0x80
+}
+
+/// End (exclusive) of a quoted section starting after the opening quote at
+/// `start`, where a doubled quote character is an escaped quote.
+/// With `backslash`, a backslash escapes the next byte.
+fn quoted_end(s: &[u8], start: usize, quote: u8, backslash: bool) -> Option<usize> {
+    let mut i = start;
+    while i < s.len() {
+        let b = s[i];
+        if backslash && b == b'\\' {
+            i += 2;
+            continue;
+        }
+        if b == quote {
+            if i + 1 < s.len() && s[i + 1] == quote {
+                i += 2;
+                continue;
+            }
+            return Some(i + 1);
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Scan `sql` with PostgreSQL's lexical rules.
+pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
+    let s = sql.as_bytes();
+    let mut out = Scan::default();
+    let mut i = 0usize;
+    let mut depth = 0usize;
+    let mut tokens_in_stmt = 0usize;
+
+    let bump = |out: &mut Scan, tokens_in_stmt: &mut usize| -> Result<(), ScanError> {
+        out.tokens += 1;
+        *tokens_in_stmt += 1;
+        if out.tokens > limits.max_tokens {
+            return Err(ScanError::TooManyTokens(limits.max_tokens));
+        }
+        Ok(())
+    };
+
+    while i < s.len() {
+        let b = s[i];
+        if b == 0 {
+            return Err(ScanError::Nul);
+        }
+        if b.is_ascii_whitespace() {
+            i += 1;
+            continue;
+        }
+        // Line comment.
+        if b == b'-' && s.get(i + 1) == Some(&b'-') {
+            while i < s.len() && s[i] != b'\n' && s[i] != b'\r' {
+                if s[i] == 0 {
+                    return Err(ScanError::Nul);
+                }
+                i += 1;
+            }
+            continue;
+        }
+        // Block comment, nested as in PostgreSQL.
+        if b == b'/' && s.get(i + 1) == Some(&b'*') {
+            let mut nest = 1usize;
+            i += 2;
+            while nest > 0 {
+                if i >= s.len() {
+                    return Err(ScanError::Unterminated("block comment"));
+                }
+                if s[i] == 0 {
+                    return Err(ScanError::Nul);
+                }
+                if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
+                    nest += 1;
+                    i += 2;
+                } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
+                    nest -= 1;
+                    i += 2;
+                } else {
+                    i += 1;
+                }
+            }
+            continue;
+        }
+        if b == b';' {
+            if tokens_in_stmt > 0 {
+                out.statements += 1;
+            }
+            tokens_in_stmt = 0;
+            i += 1;
+            continue;
+        }
+        bump(&mut out, &mut tokens_in_stmt)?;
+        // Standard string literal.
+        if b == b'\'' {
+            i = string_end(s, i + 1)?;
+            continue;
+        }
+        // Quoted identifier.
+        if b == b'"' {
+            i = quoted_end(s, i + 1, b'"', false)
+                .ok_or(ScanError::Unterminated("quoted identifier"))?;
+            continue;
+        }
+        // Dollar-quoted string or parameter.
+        if b == b'$' {
+            if s.get(i + 1).is_some_and(|c| c.is_ascii_digit()) {
+                i += 1;
+                while i < s.len() && s[i].is_ascii_digit() {
+                    i += 1;
+                }
+                continue;
+            }
+            let mut j = i + 1;
+            if j < s.len() && is_ident_start(s[j]) {
+                j += 1;
+                while j < s.len() && is_ident_cont(s[j]) && s[j] != b'$' {
+                    j += 1;
+                }
+            }
+            if s.get(j) == Some(&b'$') {
+                let tag = &s[i..=j];
+                let body = j + 1;
+                let close = find(s, body, tag).ok_or(ScanError::Unterminated("dollar quote"))?;
+                if s[body..close].contains(&0) {
+                    return Err(ScanError::Nul);
+                }
+                i = close + tag.len();
+                continue;
+            }
+            i += 1;
+            continue;
+        }
+        if is_ident_start(b) {
+            let start = i;
+            while i < s.len() && is_ident_cont(s[i]) {
+                i += 1;
+            }
+            let word = &sql[start..i];
+            // Prefixed strings: E'..', B'..', X'..', N'..', U&'..', U&"..".
+            if i - start == 1 {
+                let p = b.to_ascii_lowercase();
+                if s.get(i) == Some(&b'\'') && matches!(p, b'e' | b'b' | b'x' | b'n') {
+                    i = if p == b'e' {
+                        quoted_end(s, i + 1, b'\'', true)
+                            .ok_or(ScanError::Unterminated("string literal"))?
+                    } else {
+                        string_end(s, i + 1)?
+                    };
+                    continue;
+                }
+                if p == b'u' && s.get(i) == Some(&b'&') {
+                    match s.get(i + 1) {
+                        Some(b'\'') => {
+                            i = string_end(s, i + 2)?;
+                            continue;
+                        }
+                        Some(b'"') => {
+                            i = quoted_end(s, i + 2, b'"', false)
+                                .ok_or(ScanError::Unterminated("quoted identifier"))?;
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            if out.first_word.is_none() && out.statements == 0 {
+                out.first_word = Some(word.to_ascii_lowercase());
+            }
+            continue;
+        }
+        if b.is_ascii_digit() || (b == b'.' && s.get(i + 1).is_some_and(|c| c.is_ascii_digit())) {
+            while i < s.len() && (s[i].is_ascii_alphanumeric() || s[i] == b'_' || s[i] == b'.') {
+                i += 1;
+            }
+            continue;
+        }
+        match b {
+            b'(' | b'[' => {
+                depth += 1;
+                if depth > out.max_depth {
+                    out.max_depth = depth;
+                }
+                if depth > limits.max_depth {
+                    return Err(ScanError::TooDeep(limits.max_depth));
+                }
+            }
+            b')' | b']' => {
+                depth = depth.checked_sub(1).ok_or(ScanError::Unbalanced)?;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    if tokens_in_stmt > 0 {
+        out.statements += 1;
+    }
+    if depth != 0 {
+        return Err(ScanError::Unbalanced);
+    }
+    Ok(out)
+}
+
+/// End of a standard (`'...'`) string literal. PostgreSQL treats a
+/// backslash literally when `standard_conforming_strings` is on (the
+/// default) and as an escape when it is off; the server's setting is not
+/// known here, so a literal whose end differs between the two readings is
+/// refused.
+fn string_end(s: &[u8], start: usize) -> Result<usize, ScanError> {
+    let conforming =
+        quoted_end(s, start, b'\'', false).ok_or(ScanError::Unterminated("string literal"))?;
+    let legacy = quoted_end(s, start, b'\'', true);
+    if legacy != Some(conforming) {
+        return Err(ScanError::AmbiguousBackslash);
+    }
+    Ok(conforming)
+}
+
+fn find(hay: &[u8], from: usize, needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || from > hay.len() {
+        return None;
+    }
+    hay[from..]
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .map(|p| p + from)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: ScanLimits = ScanLimits {
+        max_depth: 8,
+        max_tokens: 1000,
+    };
+
+    #[test]
+    fn counts_statements_like_postgres() {
+        assert_eq!(scan("SELECT 1", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT 1;", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan(";;SELECT 1;;", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT 1; SELECT 2", L).map(|s| s.statements), Ok(2));
+        assert_eq!(scan("SELECT ';'", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT $$;$$", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT $a$ $$; $a$", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT E'\\'; x'", L).map(|s| s.statements), Ok(1));
+        assert_eq!(
+            scan("SELECT 1 /* /* */ ; */", L).map(|s| s.statements),
+            Ok(1)
+        );
+        assert_eq!(scan("SELECT 1 -- ;\n", L).map(|s| s.statements), Ok(1));
+        assert_eq!(scan("SELECT \"a;\"", L).map(|s| s.statements), Ok(1));
+        assert_eq!(
+            scan("SELECT a$b$; SELECT 1", L).map(|s| s.statements),
+            Ok(2)
+        );
+        assert_eq!(scan("SELECT $1; SELECT 1", L).map(|s| s.statements), Ok(2));
+    }
+
+    #[test]
+    fn refuses_ambiguous_and_broken_input() {
+        assert_eq!(
+            scan("SELECT 'x\\'' ; DROP TABLE t; --'", L),
+            Err(ScanError::AmbiguousBackslash)
+        );
+        assert_eq!(
+            scan("SELECT 'abc", L),
+            Err(ScanError::Unterminated("string literal"))
+        );
+        assert_eq!(
+            scan("SELECT 1 /* /* */", L),
+            Err(ScanError::Unterminated("block comment"))
+        );
+        assert_eq!(scan("SELECT '\0'", L), Err(ScanError::Nul));
+        assert_eq!(scan("SELECT ((1)", L), Err(ScanError::Unbalanced));
+        assert_eq!(scan("SELECT 1)", L), Err(ScanError::Unbalanced));
+        assert_eq!(
+            scan(&format!("SELECT {}1{}", "(".repeat(9), ")".repeat(9)), L),
+            Err(ScanError::TooDeep(8))
+        );
+        assert_eq!(
+            scan(&"1+".repeat(600), L),
+            Err(ScanError::TooManyTokens(1000))
+        );
+        // A backslash that does not change where the literal ends is fine.
+        assert!(scan("SELECT 'a\\b'", L).is_ok());
+    }
+
+    #[test]
+    fn first_word() {
+        let s = scan("  /* c */ -- x\n copy t to stdout", L);
+        assert_eq!(s.map(|s| s.first_word), Ok(Some("copy".to_string())));
+    }
+}

@@ -1,0 +1,565 @@
+//! A located YAML tree.
+//!
+//! The document is parsed with `saphyr-parser`'s event API into our own small
+//! tree in which every node knows its line and column. Building the tree
+//! enforces the hostile-input limits of [`Limits`]: nesting depth, node count
+//! and scalar bytes, where aliases count with the full size of what they
+//! expand to (so an alias bomb fails after a bounded amount of work and
+//! memory, before anything is expanded past the budget).
+//!
+//! Plain scalars are resolved with the YAML 1.2 core schema (`null`, `~`,
+//! `true`, `false`, integers, floats); quoted and block scalars are strings.
+//! Only the `!!str` tag (and the non-specific `!`) is understood on scalars,
+//! and `!!map` / `!!seq` on collections; any other tag is an error. Merge keys
+//! (`<<`) are not supported (they end up as an unknown key).
+
+use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
+
+use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
+
+/// Hostile-input limits applied while building the tree.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Deepest allowed nesting of sequences and mappings.
+    pub max_depth: usize,
+    /// Most nodes in one document, aliases counted with their expansion and
+    /// anchored nodes counted twice.
+    pub max_nodes: usize,
+    /// Most bytes of scalar text in one document, counted like `max_nodes`.
+    pub max_scalar_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_depth: 64,
+            max_nodes: 250_000,
+            max_scalar_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// One YAML parse problem, 1-based line and column.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{column}: {message}")]
+pub struct YamlError {
+    /// 1-based line.
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A node with its position.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    /// 1-based line of the node's first character (its anchor or tag, if any).
+    pub line: usize,
+    /// 1-based column.
+    pub column: usize,
+    /// The content.
+    pub value: Value,
+}
+
+/// The content of a [`Node`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A scalar.
+    Scalar(Scalar),
+    /// A sequence.
+    Seq(Vec<Node>),
+    /// A mapping, in document order, duplicate keys already removed.
+    Map(Vec<(Node, Node)>),
+}
+
+/// A scalar as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scalar {
+    /// The text after YAML unescaping and folding.
+    pub text: String,
+    /// Plain (unquoted, untagged): resolved with the core schema.
+    pub plain: bool,
+}
+
+/// The core-schema type of a scalar.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarKind {
+    /// `null`, `~` or empty.
+    Null,
+    /// `true` / `false`.
+    Bool(bool),
+    /// An integer that fits in i64.
+    Int(i64),
+    /// An integer too large for i64.
+    BigInt,
+    /// A float.
+    Float,
+    /// Anything else, and every quoted or `!!str` scalar.
+    Str,
+}
+
+impl Scalar {
+    /// Resolves the scalar with the YAML 1.2 core schema.
+    pub fn kind(&self) -> ScalarKind {
+        if !self.plain {
+            return ScalarKind::Str;
+        }
+        let t = self.text.as_str();
+        match t {
+            "" | "~" | "null" | "Null" | "NULL" => return ScalarKind::Null,
+            "true" | "True" | "TRUE" => return ScalarKind::Bool(true),
+            "false" | "False" | "FALSE" => return ScalarKind::Bool(false),
+            ".inf" | ".Inf" | ".INF" | "+.inf" | "+.Inf" | "+.INF" | "-.inf" | "-.Inf"
+            | "-.INF" | ".nan" | ".NaN" | ".NAN" => return ScalarKind::Float,
+            _ => {}
+        }
+        if let Some(hex) = t.strip_prefix("0x") {
+            return int_kind(hex, 16);
+        }
+        if let Some(oct) = t.strip_prefix("0o") {
+            return int_kind(oct, 8);
+        }
+        let digits = t.strip_prefix(['-', '+']).unwrap_or(t);
+        if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            return match t.parse::<i64>() {
+                Ok(v) => ScalarKind::Int(v),
+                Err(_) => ScalarKind::BigInt,
+            };
+        }
+        if is_float(digits) {
+            return ScalarKind::Float;
+        }
+        ScalarKind::Str
+    }
+}
+
+fn int_kind(digits: &str, radix: u32) -> ScalarKind {
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+        return ScalarKind::Str;
+    }
+    match i64::from_str_radix(digits, radix) {
+        Ok(v) => ScalarKind::Int(v),
+        Err(_) => ScalarKind::BigInt,
+    }
+}
+
+/// `(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?` without the sign.
+fn is_float(s: &str) -> bool {
+    let (mantissa, exponent) = match s.find(['e', 'E']) {
+        Some(i) => (&s[..i], Some(&s[i + 1..])),
+        None => (s, None),
+    };
+    let mantissa_ok = match mantissa.split_once('.') {
+        Some((int, frac)) => {
+            (!int.is_empty() || !frac.is_empty())
+                && int.bytes().all(|b| b.is_ascii_digit())
+                && frac.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => !mantissa.is_empty() && mantissa.bytes().all(|b| b.is_ascii_digit()),
+    };
+    let exponent_ok = match exponent {
+        None => true,
+        Some(e) => {
+            let e = e.strip_prefix(['-', '+']).unwrap_or(e);
+            !e.is_empty() && e.bytes().all(|b| b.is_ascii_digit())
+        }
+    };
+    mantissa_ok && exponent_ok
+}
+
+impl Node {
+    /// The scalar, if this is one.
+    pub fn as_scalar(&self) -> Option<&Scalar> {
+        match &self.value {
+            Value::Scalar(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// A short description of the node's type for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match &self.value {
+            Value::Seq(_) => "a sequence",
+            Value::Map(_) => "a mapping",
+            Value::Scalar(s) => match s.kind() {
+                ScalarKind::Null => "null",
+                ScalarKind::Bool(_) => "a boolean",
+                ScalarKind::Int(_) | ScalarKind::BigInt => "an integer",
+                ScalarKind::Float => "a float",
+                ScalarKind::Str => "a string",
+            },
+        }
+    }
+
+    /// Node count, scalar bytes and height of the subtree.
+    fn measure(&self) -> (usize, usize, usize) {
+        match &self.value {
+            Value::Scalar(s) => (1, s.text.len(), 0),
+            Value::Seq(items) => items.iter().fold((1, 0, 1), |(n, b, h), item| {
+                let (n2, b2, h2) = item.measure();
+                (n + n2, b + b2, h.max(h2 + 1))
+            }),
+            Value::Map(entries) => entries.iter().fold((1, 0, 1), |(n, b, h), (k, v)| {
+                let (n2, b2, h2) = k.measure();
+                let (n3, b3, h3) = v.measure();
+                (n + n2 + n3, b + b2 + b3, h.max(h2 + 1).max(h3 + 1))
+            }),
+        }
+    }
+}
+
+enum Frame {
+    Seq {
+        line: usize,
+        column: usize,
+        anchor: usize,
+        items: Vec<Node>,
+    },
+    Map {
+        line: usize,
+        column: usize,
+        anchor: usize,
+        entries: Vec<(Node, Node)>,
+        key: Option<Node>,
+        seen: HashSet<String>,
+        skip_value: bool,
+    },
+}
+
+struct Builder {
+    limits: Limits,
+    nodes: usize,
+    bytes: usize,
+    stack: Vec<Frame>,
+    anchors: HashMap<usize, (Node, usize, usize, usize)>,
+    root: Option<Node>,
+    errors: Vec<YamlError>,
+}
+
+fn err(line: usize, column: usize, message: impl Into<String>) -> YamlError {
+    YamlError {
+        line,
+        column,
+        message: message.into(),
+    }
+}
+
+fn pos(span: &Span) -> (usize, usize) {
+    (span.start.line().max(1), span.start.col() + 1)
+}
+
+fn tag_is(tag: &Option<Cow<'_, Tag>>, suffix: &str) -> bool {
+    match tag {
+        None => false,
+        Some(t) => t.is_yaml_core_schema() && t.suffix == suffix,
+    }
+}
+
+fn tag_text(tag: &Tag) -> String {
+    if tag.is_yaml_core_schema() {
+        format!("!!{}", tag.suffix)
+    } else {
+        tag.to_string()
+    }
+}
+
+impl Builder {
+    fn charge(
+        &mut self,
+        nodes: usize,
+        bytes: usize,
+        line: usize,
+        column: usize,
+    ) -> Result<(), YamlError> {
+        self.nodes = self.nodes.saturating_add(nodes);
+        self.bytes = self.bytes.saturating_add(bytes);
+        if self.nodes > self.limits.max_nodes {
+            return Err(err(
+                line,
+                column,
+                format!(
+                    "document too large: more than {} nodes (aliases count with their expansion)",
+                    self.limits.max_nodes
+                ),
+            ));
+        }
+        if self.bytes > self.limits.max_scalar_bytes {
+            return Err(err(
+                line,
+                column,
+                format!(
+                    "document too large: more than {} bytes of text (aliases count with their expansion)",
+                    self.limits.max_scalar_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn open(&mut self, line: usize, column: usize) -> Result<(), YamlError> {
+        if self.stack.len() >= self.limits.max_depth {
+            return Err(err(
+                line,
+                column,
+                format!("nesting deeper than {} levels", self.limits.max_depth),
+            ));
+        }
+        self.charge(1, 0, line, column)
+    }
+
+    fn register(&mut self, anchor: usize, node: &Node) -> Result<(), YamlError> {
+        if anchor == 0 {
+            return Ok(());
+        }
+        let (n, b, h) = node.measure();
+        // The stored copy costs as much as the node itself.
+        self.charge(n, b, node.line, node.column)?;
+        self.anchors.insert(anchor, (node.clone(), n, b, h));
+        Ok(())
+    }
+
+    /// Hands a finished node to its parent (or makes it the root).
+    fn complete(&mut self, node: Node) -> Result<(), YamlError> {
+        match self.stack.last_mut() {
+            None => {
+                if self.root.is_some() {
+                    return Err(err(node.line, node.column, "more than one root node"));
+                }
+                self.root = Some(node);
+            }
+            Some(Frame::Seq { items, .. }) => items.push(node),
+            Some(Frame::Map {
+                entries,
+                key,
+                seen,
+                skip_value,
+                ..
+            }) => match key.take() {
+                None => {
+                    let text = match &node.value {
+                        Value::Scalar(s) => s.text.clone(),
+                        _ => {
+                            self.errors.push(err(
+                                node.line,
+                                node.column,
+                                format!("mapping keys must be scalars, found {}", node.type_name()),
+                            ));
+                            *skip_value = true;
+                            *key = Some(node);
+                            return Ok(());
+                        }
+                    };
+                    if !seen.insert(text) {
+                        self.errors
+                            .push(err(node.line, node.column, "duplicate key"));
+                        *skip_value = true;
+                    } else {
+                        *skip_value = false;
+                    }
+                    *key = Some(node);
+                }
+                Some(k) => {
+                    if !*skip_value {
+                        entries.push((k, node));
+                    }
+                    *skip_value = false;
+                }
+            },
+        }
+        Ok(())
+    }
+
+    fn event(&mut self, ev: Event<'_>, span: Span) -> Result<(), YamlError> {
+        let (line, column) = pos(&span);
+        match ev {
+            Event::Nothing | Event::StreamStart | Event::StreamEnd | Event::DocumentEnd => {}
+            Event::DocumentStart(_) => {
+                if self.root.is_some() {
+                    return Err(err(
+                        line,
+                        column,
+                        "more than one YAML document in this file (one document per file)",
+                    ));
+                }
+            }
+            Event::Alias(id) => {
+                let Some((_, n, b, h)) = self.anchors.get(&id) else {
+                    return Err(err(
+                        line,
+                        column,
+                        "alias refers to an anchor whose node is not complete (recursive alias)",
+                    ));
+                };
+                let (n, b, h) = (*n, *b, *h);
+                if self.stack.len() + h > self.limits.max_depth {
+                    return Err(err(
+                        line,
+                        column,
+                        format!(
+                            "nesting deeper than {} levels (through an alias)",
+                            self.limits.max_depth
+                        ),
+                    ));
+                }
+                self.charge(n, b, line, column)?;
+                let Some(mut copy) = self.anchors.get(&id).map(|a| a.0.clone()) else {
+                    return Err(err(line, column, "alias refers to an unknown anchor"));
+                };
+                copy.line = line;
+                copy.column = column;
+                self.complete(copy)?;
+            }
+            Event::Scalar(text, style, anchor, tag) => {
+                let mut plain = matches!(style, ScalarStyle::Plain);
+                if let Some(t) = &tag {
+                    let non_specific = t.handle == "!" && t.suffix.is_empty();
+                    if tag_is(&tag, "str") || non_specific {
+                        plain = false;
+                    } else {
+                        self.errors.push(err(
+                            line,
+                            column,
+                            format!("unsupported tag {} (only !!str is understood)", tag_text(t)),
+                        ));
+                    }
+                }
+                self.charge(1, text.len(), line, column)?;
+                let node = Node {
+                    line,
+                    column,
+                    value: Value::Scalar(Scalar {
+                        text: text.into_owned(),
+                        plain,
+                    }),
+                };
+                self.register(anchor, &node)?;
+                self.complete(node)?;
+            }
+            Event::SequenceStart(anchor, tag) => {
+                if let Some(t) = &tag
+                    && !tag_is(&tag, "seq")
+                {
+                    self.errors.push(err(
+                        line,
+                        column,
+                        format!("unsupported tag {} on a sequence", tag_text(t)),
+                    ));
+                }
+                self.open(line, column)?;
+                self.stack.push(Frame::Seq {
+                    line,
+                    column,
+                    anchor,
+                    items: Vec::new(),
+                });
+            }
+            Event::MappingStart(anchor, tag) => {
+                if let Some(t) = &tag
+                    && !tag_is(&tag, "map")
+                {
+                    self.errors.push(err(
+                        line,
+                        column,
+                        format!("unsupported tag {} on a mapping", tag_text(t)),
+                    ));
+                }
+                self.open(line, column)?;
+                self.stack.push(Frame::Map {
+                    line,
+                    column,
+                    anchor,
+                    entries: Vec::new(),
+                    key: None,
+                    seen: HashSet::new(),
+                    skip_value: false,
+                });
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                let (node, anchor) = match self.stack.pop() {
+                    Some(Frame::Seq {
+                        line,
+                        column,
+                        anchor,
+                        items,
+                    }) => (
+                        Node {
+                            line,
+                            column,
+                            value: Value::Seq(items),
+                        },
+                        anchor,
+                    ),
+                    Some(Frame::Map {
+                        line,
+                        column,
+                        anchor,
+                        entries,
+                        ..
+                    }) => (
+                        Node {
+                            line,
+                            column,
+                            value: Value::Map(entries),
+                        },
+                        anchor,
+                    ),
+                    None => return Err(err(line, column, "unbalanced collection end")),
+                };
+                self.register(anchor, &node)?;
+                self.complete(node)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses one YAML (or JSON) document into a located tree.
+///
+/// Returns the root (if the document was read to its end) and every problem
+/// found. A syntax error or an exceeded limit stops the parse (the root is
+/// then `None`); duplicate keys and unsupported tags are reported and parsing
+/// goes on. An empty file has no root and one error.
+pub fn parse(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
+    let mut builder = Builder {
+        limits,
+        nodes: 0,
+        bytes: 0,
+        stack: Vec::new(),
+        anchors: HashMap::new(),
+        root: None,
+        errors: Vec::new(),
+    };
+    let mut parser = Parser::new_from_str(text);
+    loop {
+        match parser.next_event() {
+            None => break,
+            Some(Err(e)) => {
+                let m = e.marker();
+                builder.errors.push(err(
+                    m.line().max(1),
+                    m.col() + 1,
+                    format!("YAML syntax error: {}", e.info()),
+                ));
+                return (None, builder.errors);
+            }
+            Some(Ok((ev, span))) => {
+                let end = matches!(ev, Event::StreamEnd);
+                if let Err(e) = builder.event(ev, span) {
+                    builder.errors.push(e);
+                    return (None, builder.errors);
+                }
+                if end {
+                    break;
+                }
+            }
+        }
+    }
+    if builder.root.is_none() {
+        builder
+            .errors
+            .push(err(1, 1, "the file holds no YAML document"));
+    }
+    (builder.root, builder.errors)
+}
