@@ -1,0 +1,241 @@
+//! The operator's RBAC rules: the single list that `config/rbac/role.yaml`,
+//! the leader-election Role and the Helm chart are generated from.
+//!
+//! The operator never reads Secrets or Pods and needs nothing cluster-scoped.
+//! It writes owned objects with server-side apply (PATCH) and patches status,
+//! so `patch` is granted where it applies, on top of the verbs in the guide's
+//! RBAC table.
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// One RBAC rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// API groups (`""` is the core group).
+    pub api_groups: &'static [&'static str],
+    /// Resources and subresources.
+    pub resources: &'static [&'static str],
+    /// Verbs.
+    pub verbs: &'static [&'static str],
+}
+
+const READ: &[&str] = &["get", "list", "watch"];
+const OWNED: &[&str] = &[
+    "get", "list", "watch", "create", "update", "patch", "delete",
+];
+const RECORD: &[&str] = &["create", "patch"];
+
+/// The rules of the operator's ClusterRole (`manager-role`).
+pub const MANAGER_RULES: &[Rule] = &[
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies", "haltsqlservers"],
+        verbs: READ,
+    },
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies/status", "haltsqlservers/status"],
+        verbs: &["update", "patch"],
+    },
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlservers/finalizers"],
+        verbs: &["update"],
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["configmaps", "services"],
+        verbs: OWNED,
+    },
+    Rule {
+        api_groups: &["apps"],
+        resources: &["deployments"],
+        verbs: OWNED,
+    },
+    Rule {
+        api_groups: &["policy"],
+        resources: &["poddisruptionbudgets"],
+        verbs: OWNED,
+    },
+    Rule {
+        api_groups: &["networking.k8s.io"],
+        resources: &["networkpolicies"],
+        verbs: OWNED,
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["events"],
+        verbs: RECORD,
+    },
+    Rule {
+        api_groups: &["events.k8s.io"],
+        resources: &["events"],
+        verbs: RECORD,
+    },
+];
+
+/// The rules of the leader-election Role in the operator's namespace.
+pub const LEADER_ELECTION_RULES: &[Rule] = &[
+    Rule {
+        api_groups: &["coordination.k8s.io"],
+        resources: &["leases"],
+        verbs: OWNED,
+    },
+    Rule {
+        api_groups: &[""],
+        resources: &["events"],
+        verbs: RECORD,
+    },
+    Rule {
+        api_groups: &["events.k8s.io"],
+        resources: &["events"],
+        verbs: RECORD,
+    },
+];
+
+/// Name of the ClusterRole in `config/rbac` (names are written in full; the
+/// kustomize install adds no prefix).
+pub const MANAGER_ROLE_NAME: &str = "haltsql-operator-manager-role";
+/// Name of the leader-election Role in `config/rbac`.
+pub const LEADER_ELECTION_ROLE_NAME: &str = "haltsql-operator-leader-election-role";
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum RbacError {
+    /// The role could not be serialized.
+    #[error("cannot serialize RBAC role: {0}")]
+    Serialize(#[from] serde_yaml::Error),
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The rules as Kubernetes `PolicyRule`s.
+pub fn policy_rules(rules: &[Rule]) -> Vec<PolicyRule> {
+    rules
+        .iter()
+        .map(|r| PolicyRule {
+            api_groups: Some(strings(r.api_groups)),
+            resources: Some(strings(r.resources)),
+            verbs: strings(r.verbs),
+            ..Default::default()
+        })
+        .collect()
+}
+
+fn labels() -> std::collections::BTreeMap<String, String> {
+    std::collections::BTreeMap::from([(
+        "app.kubernetes.io/name".to_owned(),
+        "haltsql-operator".to_owned(),
+    )])
+}
+
+/// The operator's ClusterRole.
+pub fn manager_cluster_role() -> ClusterRole {
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(MANAGER_ROLE_NAME.to_owned()),
+            labels: Some(labels()),
+            ..Default::default()
+        },
+        rules: Some(policy_rules(MANAGER_RULES)),
+        ..Default::default()
+    }
+}
+
+/// The leader-election Role (its namespace is set by kustomize).
+pub fn leader_election_role() -> Role {
+    Role {
+        metadata: ObjectMeta {
+            name: Some(LEADER_ELECTION_ROLE_NAME.to_owned()),
+            labels: Some(labels()),
+            ..Default::default()
+        },
+        rules: Some(policy_rules(LEADER_ELECTION_RULES)),
+    }
+}
+
+/// `config/rbac/role.yaml`: the ClusterRole as YAML.
+pub fn manager_cluster_role_yaml() -> Result<String, RbacError> {
+    Ok(serde_yaml::to_string(&manager_cluster_role())?)
+}
+
+/// `config/rbac/leader_election_role.yaml`: the leader-election Role as YAML.
+pub fn leader_election_role_yaml() -> Result<String, RbacError> {
+    Ok(serde_yaml::to_string(&leader_election_role())?)
+}
+
+/// The rules alone as a YAML list (included by the Helm chart).
+pub fn rules_yaml(rules: &[Rule]) -> Result<String, RbacError> {
+    Ok(serde_yaml::to_string(&policy_rules(rules))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_resources(rules: &[Rule]) -> Vec<&'static str> {
+        rules
+            .iter()
+            .flat_map(|r| r.resources.iter().copied())
+            .collect()
+    }
+
+    #[test]
+    fn no_secrets_pods_or_cluster_scoped_resources() {
+        for res in all_resources(MANAGER_RULES)
+            .into_iter()
+            .chain(all_resources(LEADER_ELECTION_RULES))
+        {
+            for forbidden in [
+                "secrets",
+                "pods",
+                "namespaces",
+                "nodes",
+                "clusterroles",
+                "clusterrolebindings",
+                "customresourcedefinitions",
+                "*",
+            ] {
+                assert_ne!(res, forbidden, "RBAC must not grant {forbidden}");
+            }
+        }
+        for rule in MANAGER_RULES.iter().chain(LEADER_ELECTION_RULES) {
+            assert!(!rule.verbs.contains(&"*"));
+            assert!(!rule.api_groups.contains(&"*"));
+        }
+    }
+
+    #[test]
+    fn guide_table_plus_patch() {
+        let verbs = |res: &str| -> Vec<&str> {
+            MANAGER_RULES
+                .iter()
+                .filter(|r| r.resources.contains(&res))
+                .flat_map(|r| r.verbs.iter().copied())
+                .collect()
+        };
+        assert_eq!(verbs("haltsqlservers"), ["get", "list", "watch"]);
+        assert_eq!(verbs("haltsqlpolicies/status"), ["update", "patch"]);
+        assert_eq!(verbs("haltsqlservers/finalizers"), ["update"]);
+        for owned in [
+            "configmaps",
+            "services",
+            "deployments",
+            "poddisruptionbudgets",
+            "networkpolicies",
+        ] {
+            assert_eq!(verbs(owned), OWNED, "{owned}");
+        }
+    }
+
+    #[test]
+    fn renders_yaml() -> Result<(), RbacError> {
+        let yaml = manager_cluster_role_yaml()?;
+        assert!(yaml.starts_with("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n"));
+        assert!(yaml.contains("- networkpolicies"));
+        Ok(())
+    }
+}
