@@ -121,6 +121,22 @@ pub fn generated_files() -> Result<Vec<(PathBuf, String)>, ManifestError> {
         format!("{HEADER}{}", rbac::leader_election_role_yaml()?),
     ));
     files.push((
+        PathBuf::from("config/rbac/haltsql_editor_role.yaml"),
+        format!("{HEADER}{}", rbac::editor_cluster_role_yaml()?),
+    ));
+    files.push((
+        PathBuf::from("config/rbac/haltsql_viewer_role.yaml"),
+        format!("{HEADER}{}", rbac::viewer_cluster_role_yaml()?),
+    ));
+    files.push((
+        PathBuf::from("charts/haltsql-operator/files/editor-rules.yaml"),
+        format!("{HEADER}{}", rbac::rules_yaml(rbac::EDITOR_RULES)?),
+    ));
+    files.push((
+        PathBuf::from("charts/haltsql-operator/files/viewer-rules.yaml"),
+        format!("{HEADER}{}", rbac::rules_yaml(rbac::VIEWER_RULES)?),
+    ));
+    files.push((
         PathBuf::from("charts/haltsql-operator/files/manager-rules.yaml"),
         format!("{HEADER}{}", rbac::rules_yaml(rbac::MANAGER_RULES)?),
     ));

@@ -94,6 +94,58 @@ pub const LEADER_ELECTION_RULES: &[Rule] = &[
     },
 ];
 
+/// Verbs of users who edit the custom resources.
+const EDIT: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// `haltsql-editor-role`: aggregated into the built-in `admin` and `edit`
+/// roles. Editing a HaltSQLServer can route Secrets of its namespace to an
+/// endpoint of the editor's choice, which `admin`/`edit` users may read anyway.
+pub const EDITOR_RULES: &[Rule] = &[
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies", "haltsqlservers"],
+        verbs: EDIT,
+    },
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlservers/scale"],
+        verbs: &["get", "patch", "update"],
+    },
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies/status", "haltsqlservers/status"],
+        verbs: &["get"],
+    },
+];
+
+/// `haltsql-viewer-role`: aggregated into the built-in `view` role.
+pub const VIEWER_RULES: &[Rule] = &[
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies", "haltsqlservers"],
+        verbs: READ,
+    },
+    Rule {
+        api_groups: &["haltsql.dev"],
+        resources: &["haltsqlpolicies/status", "haltsqlservers/status"],
+        verbs: &["get"],
+    },
+];
+
+/// Name of the aggregated editor ClusterRole.
+pub const EDITOR_ROLE_NAME: &str = "haltsql-editor-role";
+/// Name of the aggregated viewer ClusterRole.
+pub const VIEWER_ROLE_NAME: &str = "haltsql-viewer-role";
+
 /// Name of the ClusterRole in `config/rbac` (names are written in full; the
 /// kustomize install adds no prefix).
 pub const MANAGER_ROLE_NAME: &str = "haltsql-operator-manager-role";
@@ -145,6 +197,35 @@ pub fn manager_cluster_role() -> ClusterRole {
     }
 }
 
+fn aggregated_role(name: &str, rules: &[Rule], aggregate_to: &[&str]) -> ClusterRole {
+    let mut labels = labels();
+    for role in aggregate_to {
+        labels.insert(
+            format!("rbac.authorization.k8s.io/aggregate-to-{role}"),
+            "true".to_owned(),
+        );
+    }
+    ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: Some(labels),
+            ..Default::default()
+        },
+        rules: Some(policy_rules(rules)),
+        ..Default::default()
+    }
+}
+
+/// `haltsql-editor-role`, aggregated into `admin` and `edit`.
+pub fn editor_cluster_role() -> ClusterRole {
+    aggregated_role(EDITOR_ROLE_NAME, EDITOR_RULES, &["admin", "edit"])
+}
+
+/// `haltsql-viewer-role`, aggregated into `view`.
+pub fn viewer_cluster_role() -> ClusterRole {
+    aggregated_role(VIEWER_ROLE_NAME, VIEWER_RULES, &["view"])
+}
+
 /// The leader-election Role (its namespace is set by kustomize).
 pub fn leader_election_role() -> Role {
     Role {
@@ -165,6 +246,16 @@ pub fn manager_cluster_role_yaml() -> Result<String, RbacError> {
 /// `config/rbac/leader_election_role.yaml`: the leader-election Role as YAML.
 pub fn leader_election_role_yaml() -> Result<String, RbacError> {
     Ok(serde_yaml::to_string(&leader_election_role())?)
+}
+
+/// `config/rbac/haltsql_editor_role.yaml`.
+pub fn editor_cluster_role_yaml() -> Result<String, RbacError> {
+    Ok(serde_yaml::to_string(&editor_cluster_role())?)
+}
+
+/// `config/rbac/haltsql_viewer_role.yaml`.
+pub fn viewer_cluster_role_yaml() -> Result<String, RbacError> {
+    Ok(serde_yaml::to_string(&viewer_cluster_role())?)
 }
 
 /// The rules alone as a YAML list (included by the Helm chart).

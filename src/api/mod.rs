@@ -23,7 +23,7 @@ pub const API_VERSION: &str = "haltsql.dev/v1alpha1";
 
 /// Errors about a spec that the API server should have rejected already
 /// (for objects that bypassed the CRD schema, e.g. in unit tests).
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, thiserror::Error, PartialEq, Eq)]
 pub enum SpecError {
     /// Neither or both of `spec.policy` and `spec.bundleSource` are set.
     #[error("exactly one of spec.policy or spec.bundleSource must be set")]
