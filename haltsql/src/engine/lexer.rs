@@ -85,6 +85,10 @@ fn quoted_end(s: &[u8], start: usize, quote: u8, backslash: bool) -> Option<usiz
 /// Scan `sql` with PostgreSQL's lexical rules.
 pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
     let s = sql.as_bytes();
+    // PostgreSQL refuses NUL anywhere in a query; so do we.
+    if s.contains(&0) {
+        return Err(ScanError::Nul);
+    }
     let mut out = Scan::default();
     let mut i = 0usize;
     let mut depth = 0usize;
