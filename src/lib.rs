@@ -2,3 +2,4 @@
 pub mod api;
 pub mod manifests;
 pub mod rbac;
+pub mod render;

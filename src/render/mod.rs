@@ -1,0 +1,458 @@
+//! Pure rendering of a HaltSQLServer: `config.yaml` and the policy files,
+//! the config checksum, and the owned ConfigMap, Deployment, Service,
+//! PodDisruptionBudget and NetworkPolicy. No client, no clock, no I/O: the
+//! same input always gives the same objects.
+//!
+//! Choices this module makes (see also the item docs):
+//! - Policies are rendered in HaltSQLPolicy object-name order, so reordering
+//!   `spec.policies` does not roll the pods.
+//! - Bundle caches share one emptyDir at `/var/cache/haltsql/bundles`; each
+//!   bundle's `cache_dir` is its own subfolder `<HaltSQLPolicy name>`, which
+//!   the server creates.
+//! - `allowUnauthenticated` without `defaultPolicy` is an error, as in
+//!   haltsql (unauthenticated requests would have no policy).
+//! - Every owned object carries the three common labels, a controller owner
+//!   reference (when the server has a uid, i.e. always when it was read from
+//!   the API server; offline renders without a uid get none) and the
+//!   `haltsql.dev/spec-hash` annotation.
+
+pub mod checksum;
+pub mod config;
+pub mod content;
+mod errors;
+pub mod secrets;
+pub mod service;
+pub mod workload;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::Resource;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::api::{
+    API_VERSION, ClientAuth, HaltSQLPolicySpec, HaltSQLServer, HaltSQLServerSpec, PolicySource,
+};
+pub use checksum::spec_hash_of;
+pub use content::{ValidationDocument, content_hash, validation_document};
+pub use errors::RenderError;
+use secrets::SecretMounts;
+
+/// Label every owned object carries; the operator only touches objects
+/// with it.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`].
+pub const MANAGED_BY: &str = "haltsql-operator";
+/// `app.kubernetes.io/name` (always `haltsql`).
+pub const NAME_LABEL: &str = "app.kubernetes.io/name";
+/// Value of [`NAME_LABEL`].
+pub const APP_NAME: &str = "haltsql";
+/// `app.kubernetes.io/instance` (the server's name).
+pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Hash of an owned object as rendered (without this annotation).
+pub const SPEC_HASH_ANNOTATION: &str = "haltsql.dev/spec-hash";
+/// The config checksum on the pod template; a change rolls the pods.
+pub const CONFIG_CHECKSUM_ANNOTATION: &str = "haltsql.dev/config-checksum";
+/// The rendered config's key in the ConfigMap.
+pub const CONFIG_KEY: &str = "config.yaml";
+/// Largest ConfigMap data (keys and values) the operator renders: 900 KiB,
+/// well below the API server's 1 MiB object limit.
+pub const MAX_CONFIG_MAP_BYTES: usize = 900 * 1024;
+
+/// One referenced HaltSQLPolicy, as the server reconciler found it (Valid
+/// for its current generation).
+#[derive(Clone, Copy, Debug)]
+pub struct PolicyInput<'a> {
+    /// `metadata.name` of the HaltSQLPolicy object.
+    pub object_name: &'a str,
+    /// `status.policyName`: the policy document's `metadata.name` (only used
+    /// for inline policies).
+    pub policy_name: &'a str,
+    /// `status.contentHash` (not rendered; the reconciler keeps it for
+    /// `appliedPolicies`).
+    pub content_hash: &'a str,
+    /// The object's spec.
+    pub spec: &'a HaltSQLPolicySpec,
+}
+
+/// Everything the server reconciler applies.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Rendered {
+    /// The config checksum (`status.configChecksum`, pod-template annotation).
+    pub checksum: String,
+    /// `<server>-haltsql-config`.
+    pub config_map: ConfigMap,
+    /// `<server>`.
+    pub deployment: Deployment,
+    /// `<server>`.
+    pub service: Service,
+    /// `<server>`, when enabled.
+    pub pod_disruption_budget: Option<PodDisruptionBudget>,
+    /// `<server>`, when enabled.
+    pub network_policy: Option<NetworkPolicy>,
+    /// Every Secret key the pods mount, `(secret, key)`, sorted (TLS keys
+    /// included).
+    pub mounted_secret_keys: Vec<(String, String)>,
+}
+
+/// Name of the server's ConfigMap.
+pub fn config_map_name(server_name: &str) -> String {
+    format!("{server_name}-haltsql-config")
+}
+
+/// The pod selector labels (name and instance): stable for the life of the
+/// server, since a Deployment's selector cannot change.
+pub fn selector_labels(server_name: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME_LABEL.to_owned(), APP_NAME.to_owned()),
+        (INSTANCE_LABEL.to_owned(), server_name.to_owned()),
+    ])
+}
+
+/// [`selector_labels`] in label-selector string form, for `status.selector`.
+pub fn selector_string(server_name: &str) -> String {
+    selector_labels(server_name)
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The labels of every owned object: the selector labels plus managed-by.
+pub fn common_labels(server_name: &str) -> BTreeMap<String, String> {
+    let mut labels = selector_labels(server_name);
+    labels.insert(MANAGED_BY_LABEL.to_owned(), MANAGED_BY.to_owned());
+    labels
+}
+
+/// The controller owner reference to the server, if it has a uid.
+pub fn owner_reference(server: &HaltSQLServer) -> Option<OwnerReference> {
+    let uid = server.metadata.uid.clone()?;
+    Some(OwnerReference {
+        api_version: API_VERSION.to_owned(),
+        kind: "HaltSQLServer".to_owned(),
+        name: server.metadata.name.clone()?,
+        uid,
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    })
+}
+
+/// Identity of the server being rendered.
+pub(crate) struct ServerRef<'a> {
+    pub name: &'a str,
+    pub namespace: Option<&'a str>,
+    pub owner: Option<OwnerReference>,
+    pub spec: &'a HaltSQLServerSpec,
+}
+
+impl ServerRef<'_> {
+    /// Metadata of an owned object named `name`.
+    pub(crate) fn meta(&self, name: String, annotations: BTreeMap<String, String>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: self.namespace.map(str::to_owned),
+            labels: Some(common_labels(self.name)),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            owner_references: self.owner.clone().map(|o| vec![o]),
+            ..Default::default()
+        }
+    }
+}
+
+/// Sets the `haltsql.dev/spec-hash` annotation of a rendered object.
+pub(crate) fn stamp<K: Resource + Serialize>(mut obj: K) -> K {
+    let hash = spec_hash_of(&obj);
+    obj.meta_mut()
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(SPEC_HASH_ANNOTATION.to_owned(), hash);
+    obj
+}
+
+/// The server's name must work as a Service name (a DNS-1035 label) and as
+/// a label value (at most 63 characters).
+fn check_server_name(name: &str) -> Result<(), RenderError> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_lowercase()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(RenderError::InvalidServerName {
+            name: name.to_owned(),
+            reason: "must be a DNS-1035 label (at most 63 lower-case letters, digits and '-', starting with a letter): it names the Service and is the app.kubernetes.io/instance label".to_owned(),
+        })
+    }
+}
+
+/// The policy names the referenced policies define, for reference checks.
+struct Defined {
+    /// Inline policies: policy name -> object name.
+    inline: BTreeMap<String, String>,
+    /// `namePrefix` of each bundle (`None`: no prefix).
+    bundle_prefixes: Vec<Option<String>>,
+}
+
+impl Defined {
+    fn collect(policies: &[PolicyInput<'_>]) -> Result<Self, RenderError> {
+        let mut inline: BTreeMap<String, String> = BTreeMap::new();
+        let mut bundle_prefixes = Vec::new();
+        for p in policies {
+            match p.spec.source().map_err(|e| RenderError::PolicySpec {
+                object: p.object_name.to_owned(),
+                source: e,
+            })? {
+                PolicySource::Inline(_) => {
+                    if let Some(first) = inline.get(p.policy_name) {
+                        return Err(RenderError::DuplicatePolicyName {
+                            name: p.policy_name.to_owned(),
+                            first: first.clone(),
+                            second: p.object_name.to_owned(),
+                        });
+                    }
+                    inline.insert(p.policy_name.to_owned(), p.object_name.to_owned());
+                }
+                PolicySource::Bundle(b) => bundle_prefixes.push(b.name_prefix.clone()),
+            }
+        }
+        Ok(Self {
+            inline,
+            bundle_prefixes,
+        })
+    }
+
+    /// Whether a policy name may be loaded: an inline policy's name, or a
+    /// name a bundle may bring (with a prefix on every bundle, one that
+    /// starts with a prefix; with an unprefixed bundle, any name).
+    fn may_define(&self, name: &str) -> bool {
+        if self.inline.contains_key(name) {
+            return true;
+        }
+        if self.bundle_prefixes.is_empty() {
+            return false;
+        }
+        self.bundle_prefixes.iter().any(|p| match p {
+            None => true,
+            Some(prefix) => name.len() > prefix.len() && name.starts_with(prefix.as_str()),
+        })
+    }
+
+    fn check(&self, field: String, name: &str) -> Result<(), RenderError> {
+        if self.may_define(name) {
+            return Ok(());
+        }
+        let mut defined: Vec<String> = self.inline.keys().cloned().collect();
+        defined.extend(
+            self.bundle_prefixes
+                .iter()
+                .flatten()
+                .map(|p| format!("{p}*")),
+        );
+        Err(RenderError::UndefinedPolicy {
+            field,
+            name: name.to_owned(),
+            defined: if defined.is_empty() {
+                "none".to_owned()
+            } else {
+                defined.join(", ")
+            },
+        })
+    }
+}
+
+/// Checks what can be checked without Secret values: policy references,
+/// unique token names and hashes, mTLS and unauthenticated mode.
+fn check_spec(spec: &HaltSQLServerSpec, defined: &Defined) -> Result<(), RenderError> {
+    let default_policy = spec
+        .config
+        .as_ref()
+        .and_then(|c| c.default_policy.as_deref());
+    if spec.allow_unauthenticated() && default_policy.is_none() {
+        return Err(RenderError::UnauthenticatedWithoutDefaultPolicy);
+    }
+    if let Some(name) = default_policy {
+        defined.check("spec.config.defaultPolicy".to_owned(), name)?;
+    }
+    let mut names: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut refs: BTreeMap<(&str, &str), usize> = BTreeMap::new();
+    for (i, t) in spec.tokens().iter().enumerate() {
+        if let Some(first) = names.insert(&t.name, i) {
+            return Err(RenderError::InvalidField {
+                field: format!("spec.auth.tokens[{i}].name"),
+                message: format!("{:?} is already used by spec.auth.tokens[{first}]", t.name),
+            });
+        }
+        // One hash may select only one policy: the same key twice is the
+        // same hash twice, which haltsql refuses at start-up.
+        let r = &t.sha256_secret_ref;
+        if let Some(first) = refs.insert((&r.name, &r.key), i) {
+            return Err(RenderError::InvalidField {
+                field: format!("spec.auth.tokens[{i}].sha256SecretRef"),
+                message: format!(
+                    "the same Secret key as spec.auth.tokens[{first}] (a token hash must select exactly one policy)"
+                ),
+            });
+        }
+        defined.check(format!("spec.auth.tokens[{i}].policy"), &t.policy)?;
+    }
+    let auth = spec.auth.as_ref();
+    for (i, o) in auth
+        .and_then(|a| a.oidc.as_deref())
+        .unwrap_or(&[])
+        .iter()
+        .enumerate()
+    {
+        if let Some(Value::String(name)) = o.get("policy") {
+            defined.check(format!("spec.auth.oidc[{i}].policy"), name)?;
+        }
+    }
+    let identities = auth
+        .and_then(|a| a.mtls.as_ref())
+        .and_then(|m| m.identities.as_deref())
+        .unwrap_or(&[]);
+    if !identities.is_empty() {
+        let verifies_clients = spec.tls.as_ref().is_some_and(|t| {
+            matches!(
+                t.client_auth,
+                Some(ClientAuth::Optional | ClientAuth::Required)
+            )
+        });
+        if !verifies_clients {
+            return Err(RenderError::MtlsWithoutClientAuth);
+        }
+    }
+    for (i, o) in identities.iter().enumerate() {
+        if let Some(Value::String(name)) = o.get("policy") {
+            defined.check(format!("spec.auth.mtls.identities[{i}].policy"), name)?;
+        }
+    }
+    Ok(())
+}
+
+/// Renders everything the server reconciler applies for `server` loading
+/// `policies` (each referenced HaltSQLPolicy, in any order).
+pub fn render(
+    server: &HaltSQLServer,
+    policies: &[PolicyInput<'_>],
+) -> Result<Rendered, RenderError> {
+    let name = server
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(RenderError::MissingName)?;
+    check_server_name(name)?;
+    let spec = &server.spec;
+    let srv = ServerRef {
+        name,
+        namespace: server.metadata.namespace.as_deref(),
+        owner: owner_reference(server),
+        spec,
+    };
+
+    let mut sorted: Vec<&PolicyInput<'_>> = policies.iter().collect();
+    sorted.sort_by(|a, b| a.object_name.cmp(b.object_name));
+    let defined = Defined::collect(policies)?;
+    check_spec(spec, &defined)?;
+
+    // config.yaml and the policy files.
+    let mut mounts = SecretMounts::new();
+    let mut files: BTreeMap<String, String> = BTreeMap::new();
+    let mut entries = Vec::new();
+    let mut bundles = Vec::new();
+    for p in &sorted {
+        match p.spec.source().map_err(|e| RenderError::PolicySpec {
+            object: p.object_name.to_owned(),
+            source: e,
+        })? {
+            PolicySource::Inline(policy) => {
+                let file = config::policy_file_name(p.object_name);
+                files.insert(file.clone(), policy.to_owned());
+                entries.push(config::PolicyEntry {
+                    file: Some(file),
+                    bundle_source: None,
+                });
+            }
+            PolicySource::Bundle(b) => {
+                let field = format!("HaltSQLPolicy {:?} spec.bundleSource", p.object_name);
+                let entry = config::bundle_entry(
+                    p.object_name,
+                    &field,
+                    b,
+                    &mut config::Credentials::Mount(&mut mounts),
+                )?;
+                bundles.push(p.object_name.to_owned());
+                entries.push(config::PolicyEntry {
+                    file: None,
+                    bundle_source: Some(entry),
+                });
+            }
+        }
+    }
+    let doc = config::config_doc(spec, entries, &mut mounts)?;
+    let header = format!(
+        "# Rendered by {MANAGED_BY} from HaltSQLServer {}{name}. Do not edit: changes are overwritten.\n",
+        srv.namespace.map(|n| format!("{n}/")).unwrap_or_default()
+    );
+    files.insert(
+        CONFIG_KEY.to_owned(),
+        config::to_yaml(&header, &doc, CONFIG_KEY)?,
+    );
+
+    let cm_name = config_map_name(name);
+    let size: usize = files.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_CONFIG_MAP_BYTES {
+        return Err(RenderError::ConfigMapTooLarge {
+            name: cm_name,
+            size,
+            limit: MAX_CONFIG_MAP_BYTES,
+        });
+    }
+
+    // Everything the pods mount, TLS included, feeds the checksum.
+    let tls_keys = workload::tls_keys(spec);
+    let mut all_keys: BTreeSet<(String, String)> = mounts.iter().cloned().collect();
+    if let Some(tls) = &spec.tls {
+        secrets::check_ref("spec.tls.secretName", &tls.secret_name, "tls.crt")?;
+        for key in &tls_keys {
+            all_keys.insert((tls.secret_name.clone(), (*key).to_owned()));
+        }
+    }
+    let mounted_secret_keys: Vec<(String, String)> = all_keys.into_iter().collect();
+    let checksum = checksum::config_checksum(&files, &mounted_secret_keys);
+
+    let config_map = stamp(ConfigMap {
+        metadata: srv.meta(cm_name.clone(), BTreeMap::new()),
+        data: Some(files),
+        ..Default::default()
+    });
+    let deployment = stamp(workload::deployment(
+        &srv,
+        &cm_name,
+        &checksum,
+        &mounts,
+        !bundles.is_empty(),
+    ));
+    let service = stamp(service::service(&srv));
+    let pod_disruption_budget = service::pod_disruption_budget(&srv)?.map(stamp);
+    let network_policy = service::network_policy(&srv).map(stamp);
+
+    Ok(Rendered {
+        checksum,
+        config_map,
+        deployment,
+        service,
+        pod_disruption_budget,
+        network_policy,
+        mounted_secret_keys,
+    })
+}
