@@ -1,0 +1,86 @@
+//! What both controllers share: the client, the reflector stores, the
+//! validator, metrics, backoff and the operator's settings.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::Client;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::Store;
+
+use crate::api::{HaltSQLPolicy, HaltSQLServer};
+use crate::backoff::Backoff;
+use crate::metrics::Metrics;
+use crate::policy::Validator;
+
+/// The field manager of every write the operator makes.
+pub const FIELD_MANAGER: &str = "haltsql-operator";
+
+/// Operator settings from the command line.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The `haltsql` CLI used to validate policies.
+    pub haltsql_binary: PathBuf,
+    /// Namespaces to watch; `None` watches all.
+    pub watch_namespaces: Option<Vec<String>>,
+    /// How long one `haltsql validate` run may take.
+    pub validator_timeout: Duration,
+    /// How long a rollout may go without completing before `RolloutFailed`.
+    pub rollout_deadline: Duration,
+    /// Periodic re-reconcile of every object, so missed events are caught up.
+    pub resync: Duration,
+    /// Reconciles that may run at once per controller.
+    pub concurrency: u16,
+}
+
+impl Settings {
+    pub fn new(haltsql_binary: PathBuf) -> Self {
+        Self {
+            haltsql_binary,
+            watch_namespaces: None,
+            validator_timeout: Duration::from_secs(30),
+            rollout_deadline: Duration::from_secs(180),
+            resync: Duration::from_secs(600),
+            concurrency: 8,
+        }
+    }
+}
+
+/// Caches of the objects the server controller owns. Only objects labelled
+/// `app.kubernetes.io/managed-by: haltsql-operator` are cached; all but
+/// Deployments (whose status matters) as metadata only.
+#[derive(Clone)]
+pub struct OwnedStores {
+    pub deployments: Store<Deployment>,
+    pub config_maps: Store<PartialObjectMeta<ConfigMap>>,
+    pub services: Store<PartialObjectMeta<Service>>,
+    pub pod_disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
+    pub network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+}
+
+/// Handed to every reconcile of both controllers (one per watched scope).
+pub struct Context {
+    pub client: Client,
+    /// The namespace this context watches, `None` for all.
+    pub namespace: Option<String>,
+    pub policies: Store<HaltSQLPolicy>,
+    pub servers: Store<HaltSQLServer>,
+    pub owned: OwnedStores,
+    pub validator: Validator,
+    pub metrics: Metrics,
+    pub policy_backoff: Backoff,
+    pub server_backoff: Backoff,
+    pub settings: Settings,
+}
+
+/// The key backoff and logs use for an object.
+pub fn object_key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_owned(),
+    }
+}

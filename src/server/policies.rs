@@ -1,0 +1,131 @@
+//! The fail-closed gate: a server is rendered only while every policy it
+//! references is `Valid` for its current generation and content.
+
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::api::{
+    ConditionStatus, HaltSQLPolicy, HaltSQLPolicySpec, HaltSQLServer, PoliciesReadyReason,
+    PolicyConditionType, find_condition,
+};
+use crate::render::content::content_hash;
+
+/// A referenced policy that may be rendered.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReadyPolicy {
+    /// The HaltSQLPolicy object's name.
+    pub object_name: String,
+    /// The policy document's `metadata.name`.
+    pub policy_name: String,
+    pub content_hash: String,
+    pub spec: HaltSQLPolicySpec,
+}
+
+/// Whether the server may be rendered, and if not, why.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PolicyGate {
+    Open(Vec<ReadyPolicy>),
+    Closed {
+        reason: PoliciesReadyReason,
+        message: String,
+    },
+}
+
+/// Checks every policy the server references, in the order of `spec.policies`.
+/// The first missing policy wins over an invalid one, which wins over a pending one.
+pub fn gate_policies(server: &HaltSQLServer, policies: &Store<HaltSQLPolicy>) -> PolicyGate {
+    let namespace = server.namespace();
+    gate_policies_with(server, |name| {
+        let mut key = ObjectRef::<HaltSQLPolicy>::new(name);
+        if let Some(ns) = namespace.as_deref() {
+            key = key.within(ns);
+        }
+        policies.get(&key)
+    })
+}
+
+/// The gate over any source of policies (the store, or files for `render`).
+pub fn gate_policies_with(
+    server: &HaltSQLServer,
+    lookup: impl Fn(&str) -> Option<Arc<HaltSQLPolicy>>,
+) -> PolicyGate {
+    let mut missing = Vec::new();
+    let mut invalid = Vec::new();
+    let mut pending = Vec::new();
+    let mut ready = Vec::new();
+    for reference in &server.spec.policies {
+        let Some(policy) = lookup(&reference.name) else {
+            missing.push(reference.name.clone());
+            continue;
+        };
+        match readiness(&policy) {
+            Readiness::Ready(p) => ready.push(p),
+            Readiness::Invalid(why) => invalid.push(format!("{} ({why})", reference.name)),
+            Readiness::Pending => pending.push(reference.name.clone()),
+        }
+    }
+    if !missing.is_empty() {
+        return PolicyGate::Closed {
+            reason: PoliciesReadyReason::PolicyNotFound,
+            message: format!("HaltSQLPolicy not found: {}", missing.join(", ")),
+        };
+    }
+    if !invalid.is_empty() {
+        return PolicyGate::Closed {
+            reason: PoliciesReadyReason::PolicyNotValid,
+            message: format!(
+                "HaltSQLPolicy not valid, keeping the last good configuration: {}",
+                invalid.join("; ")
+            ),
+        };
+    }
+    if !pending.is_empty() {
+        return PolicyGate::Closed {
+            reason: PoliciesReadyReason::PolicyPendingValidation,
+            message: format!(
+                "HaltSQLPolicy not yet validated for its current generation: {}",
+                pending.join(", ")
+            ),
+        };
+    }
+    PolicyGate::Open(ready)
+}
+
+enum Readiness {
+    Ready(ReadyPolicy),
+    Invalid(String),
+    Pending,
+}
+
+fn readiness(policy: &HaltSQLPolicy) -> Readiness {
+    let Some(status) = policy.status.as_ref() else {
+        return Readiness::Pending;
+    };
+    let generation = policy.metadata.generation;
+    let Some(valid) = find_condition(&status.conditions, PolicyConditionType::Valid.as_str())
+    else {
+        return Readiness::Pending;
+    };
+    // A verdict about an older generation says nothing about the current spec.
+    if status.observed_generation != generation || valid.observed_generation != generation {
+        return Readiness::Pending;
+    }
+    if valid.status == ConditionStatus::False.as_str() {
+        return Readiness::Invalid(valid.reason.clone());
+    }
+    if valid.status != ConditionStatus::True.as_str() {
+        return Readiness::Pending;
+    }
+    let current_hash = content_hash(&policy.spec);
+    match (&status.policy_name, &status.content_hash) {
+        (Some(name), Some(hash)) if *hash == current_hash => Readiness::Ready(ReadyPolicy {
+            object_name: policy.name_any(),
+            policy_name: name.clone(),
+            content_hash: hash.clone(),
+            spec: policy.spec.clone(),
+        }),
+        _ => Readiness::Pending,
+    }
+}
