@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, PostParams};
-use kube::runtime::{watcher, WatchStreamExt};
+use kube::runtime::{WatchStreamExt, watcher};
 use support::{Cluster, TestNamespace};
 
 #[tokio::test]
@@ -27,7 +27,10 @@ async fn configmap_round_trips_through_a_watcher() {
             "data": {"greeting": "hi"}
         }))
         .unwrap();
-        configmaps.create(&PostParams::default(), &cm).await.unwrap();
+        configmaps
+            .create(&PostParams::default(), &cm)
+            .await
+            .unwrap();
 
         let seen = tokio::time::timeout(Duration::from_secs(30), async {
             while let Some(obj) = stream.try_next().await.unwrap() {
@@ -77,8 +80,19 @@ async fn deployment_becomes_available_and_is_garbage_collected() {
         (d.status?.available_replicas? == 2).then_some(())
     })
     .await;
-    assert_eq!(replicasets.list(&ListParams::default()).await.unwrap().items.len(), 1);
-    assert_eq!(pods.list(&ListParams::default()).await.unwrap().items.len(), 2);
+    assert_eq!(
+        replicasets
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .len(),
+        1
+    );
+    assert_eq!(
+        pods.list(&ListParams::default()).await.unwrap().items.len(),
+        2
+    );
 
     support::delete_ignoring_missing(&deployments, "web").await;
     support::eventually(

@@ -67,10 +67,12 @@ pub async fn client_for(cluster: Cluster) -> Client {
         .await
         .expect("kubeconfig of the local cluster is usable");
     let client = Client::try_from(config).expect("client from the local kubeconfig");
-    client
-        .apiserver_version()
-        .await
-        .unwrap_or_else(|e| panic!("the {cluster:?} cluster at {} does not answer: {e}", path.display()));
+    client.apiserver_version().await.unwrap_or_else(|e| {
+        panic!(
+            "the {cluster:?} cluster at {} does not answer: {e}",
+            path.display()
+        )
+    });
     client
 }
 
@@ -92,7 +94,9 @@ pub fn kubectl() -> Command {
 
 /// Runs a command and returns its stdout, panicking with its stderr on failure.
 pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     assert!(
         out.status.success(),
         "{cmd:?} failed ({}):\n{}{}",
@@ -140,7 +144,13 @@ impl Drop for TestNamespace {
             return;
         }
         let _ = kubectl_for(self.cluster)
-            .args(["delete", "namespace", &self.name, "--wait=false", "--ignore-not-found"])
+            .args([
+                "delete",
+                "namespace",
+                &self.name,
+                "--wait=false",
+                "--ignore-not-found",
+            ])
             .output();
     }
 }
