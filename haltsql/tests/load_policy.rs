@@ -118,7 +118,9 @@ fn unknown_top_level_key_and_missing_tables_both_reported() {
 fn api_version_and_kind() {
     check(
         &BASE.replace("haltsql.dev/v1", "haltsql.dev/v2"),
-        &["p.yaml:1:13: apiVersion: unsupported apiVersion \"haltsql.dev/v2\", expected haltsql.dev/v1"],
+        &[
+            "p.yaml:1:13: apiVersion: unsupported apiVersion \"haltsql.dev/v2\", expected haltsql.dev/v1",
+        ],
     );
     check(
         &BASE.replace("kind: Policy", "kind: Polcy"),
@@ -134,9 +136,12 @@ fn api_version_and_kind() {
 fn metadata_name_rules() {
     check(
         &BASE.replace("orders-agent", "Orders_Agent"),
-        &["p.yaml:4:9: metadata.name: invalid name \"Orders_Agent\": must be a lower-case DNS-1123 subdomain (a-z, 0-9, '-' and '.', starting and ending with a letter or digit, at most 253 characters)"],
+        &[
+            "p.yaml:4:9: metadata.name: invalid name \"Orders_Agent\": must be a lower-case DNS-1123 subdomain (a-z, 0-9, '-' and '.', starting and ending with a letter or digit, at most 253 characters)",
+        ],
     );
-    let long = "a".repeat(63) + "." + &"b".repeat(63) + "." + &"c".repeat(63) + "." + &"d".repeat(63);
+    let long =
+        "a".repeat(63) + "." + &"b".repeat(63) + "." + &"c".repeat(63) + "." + &"d".repeat(63);
     assert_eq!(long.len(), 255);
     let errs = {
         let f = Fixture::new();
@@ -144,7 +149,10 @@ fn metadata_name_rules() {
         f.errors(&["p.yaml"])
     };
     assert_eq!(errs.len(), 1);
-    assert!(errs[0].starts_with("p.yaml:4:9: metadata.name: invalid name"), "{errs:?}");
+    assert!(
+        errs[0].starts_with("p.yaml:4:9: metadata.name: invalid name"),
+        "{errs:?}"
+    );
     // 253 characters is fine.
     check(&BASE.replace("orders-agent", &long[..253]), &[]);
     check(
@@ -153,19 +161,30 @@ fn metadata_name_rules() {
     );
     check(
         &BASE.replace("  name: orders-agent\n", "  name: 123\n"),
-        &["p.yaml:4:9: metadata.name: expected a string, found an integer (quote it to use it as text)"],
+        &[
+            "p.yaml:4:9: metadata.name: expected a string, found an integer (quote it to use it as text)",
+        ],
     );
     check(
-        &BASE.replace("  name: orders-agent\n", "  name: orders-agent\n  labels: {}\n"),
+        &BASE.replace(
+            "  name: orders-agent\n",
+            "  name: orders-agent\n  labels: {}\n",
+        ),
         &["p.yaml:5:3: metadata.labels: unknown key, expected one of: name, description"],
     );
     check(
-        &BASE.replace("  name: orders-agent\n", "  name: \"123\"\n  description: Orders, read only\n"),
+        &BASE.replace(
+            "  name: orders-agent\n",
+            "  name: \"123\"\n  description: Orders, read only\n",
+        ),
         &[],
     );
     let long_desc = "x".repeat(4097);
     check(
-        &BASE.replace("  name: orders-agent\n", &format!("  name: a\n  description: {long_desc}\n")),
+        &BASE.replace(
+            "  name: orders-agent\n",
+            &format!("  name: a\n  description: {long_desc}\n"),
+        ),
         &["p.yaml:5:16: metadata.description: longer than 4096 characters"],
     );
 }
@@ -175,7 +194,9 @@ fn dialect() {
     check(&with("dialect: mysql\n"), &[]);
     check(
         &with("dialect: oracle\n"),
-        &["p.yaml:9:10: dialect: unknown value \"oracle\", expected one of: postgres, mysql, sqlite, generic"],
+        &[
+            "p.yaml:9:10: dialect: unknown value \"oracle\", expected one of: postgres, mysql, sqlite, generic",
+        ],
     );
 }
 
@@ -198,7 +219,12 @@ fn search_path() {
     );
     // Unqualified tables use the first search_path schema.
     let f = Fixture::new();
-    f.write("p.yaml", &BASE.replace("app.orders:", "orders:").replace("[app]", "[sales, app]"));
+    f.write(
+        "p.yaml",
+        &BASE
+            .replace("app.orders:", "orders:")
+            .replace("[app]", "[sales, app]"),
+    );
     let r = f.report(&["p.yaml"]);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert!(r.policies[0].tables.contains_key(&TableName {
@@ -210,12 +236,19 @@ fn search_path() {
 #[test]
 fn statements() {
     let f = Fixture::new();
-    f.write("p.yaml", &with("statements:\n  allow: [update, select, insert]\n"));
+    f.write(
+        "p.yaml",
+        &with("statements:\n  allow: [update, select, insert]\n"),
+    );
     let r = f.report(&["p.yaml"]);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(
         r.policies[0].statements,
-        vec![StatementKind::Select, StatementKind::Insert, StatementKind::Update]
+        vec![
+            StatementKind::Select,
+            StatementKind::Insert,
+            StatementKind::Update
+        ]
     );
     check(
         &with("statements:\n  allow: [select, drop, select]\n"),
@@ -285,7 +318,10 @@ fn tables() {
     assert_eq!(r.policies[0].tables[&t].columns, None);
 
     check(
-        &BASE.replace("tables:\n  app.orders:\n    columns: [id, status, total_cents]\n", "tables: {}\n"),
+        &BASE.replace(
+            "tables:\n  app.orders:\n    columns: [id, status, total_cents]\n",
+            "tables: {}\n",
+        ),
         &["p.yaml:6:9: tables: must list at least one table"],
     );
     check(
@@ -305,7 +341,9 @@ fn tables() {
     );
     check(
         &with("  app.lines:\n    columns: [id, Qty, id, 7]\n"),
-        &["p.yaml:10:28: tables.app.lines.columns[3]: expected a string, found an integer (quote it to use it as text)"],
+        &[
+            "p.yaml:10:28: tables.app.lines.columns[3]: expected a string, found an integer (quote it to use it as text)",
+        ],
     );
     check(
         &with("  app.lines:\n    columns: [id, Qty, id]\n"),
@@ -319,7 +357,10 @@ fn tables() {
 #[test]
 fn functions() {
     let f = Fixture::new();
-    f.write("p.yaml", &with("functions:\n  allow: [lower, pg_catalog.upper]\n"));
+    f.write(
+        "p.yaml",
+        &with("functions:\n  allow: [lower, pg_catalog.upper]\n"),
+    );
     let r = f.report(&["p.yaml"]);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     assert_eq!(r.policies[0].functions, vec!["lower", "pg_catalog.upper"]);
@@ -353,7 +394,9 @@ fn inline_catalog() {
 
     check(
         &with(&CATALOG.replace("[id, status, ", "[id, ")),
-        &["p.yaml:8:19: tables.app.orders.columns[1]: column status of app.orders is not in the catalog"],
+        &[
+            "p.yaml:8:19: tables.app.orders.columns[1]: column status of app.orders is not in the catalog",
+        ],
     );
     check(
         &with(&format!("  app.lines: {{}}\n{CATALOG}")),
@@ -361,7 +404,9 @@ fn inline_catalog() {
     );
     check(
         &with(&CATALOG.replace("type: bigint", "typ: bigint")),
-        &["p.yaml:14:53: catalog.schemas.app.tables.orders.columns[2].typ: unknown key, expected one of: name, type"],
+        &[
+            "p.yaml:14:53: catalog.schemas.app.tables.orders.columns[2].typ: unknown key, expected one of: name, type",
+        ],
     );
 }
 
@@ -390,7 +435,10 @@ fn catalog_file() {
     // Broken file: located in the file, plus a note at the reference.
     let f = Fixture::new();
     f.write("p.yaml", &with("catalog: schema.json\n"));
-    f.write("schema.json", "{\"schemas\": {\"app\": {\"tabels\": {}}}}\n");
+    f.write(
+        "schema.json",
+        "{\"schemas\": {\"app\": {\"tabels\": {}}}}\n",
+    );
     assert_eq!(
         f.errors(&["p.yaml"]),
         [
@@ -421,10 +469,15 @@ fn yaml_level_problems() {
     );
     check(
         "apiVersion: haltsql.dev/v1\nkind: Policy\nmetadata: [\n",
-        &["p.yaml:4:1: YAML syntax error: while parsing a node, did not find expected node content"],
+        &[
+            "p.yaml:4:1: YAML syntax error: while parsing a node, did not find expected node content",
+        ],
     );
     check("", &["p.yaml:1:1: the file holds no YAML document"]);
-    check("- a\n- b\n", &["p.yaml:1:1: expected a mapping, found a sequence"]);
+    check(
+        "- a\n- b\n",
+        &["p.yaml:1:1: expected a mapping, found a sequence"],
+    );
     check(
         &format!("{BASE}---\n{BASE}"),
         &["p.yaml:9:1: more than one YAML document in this file (one document per file)"],

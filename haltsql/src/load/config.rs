@@ -482,6 +482,8 @@ pub(crate) fn parse_config(
     // policies
     let mut files: Vec<FileEntry> = Vec::new();
     let mut bundles: Vec<BundleEntry> = Vec::new();
+    // Set when a policies[] entry could not be read at all.
+    let mut incomplete = false;
     if let Some(list) = m.req(doc, "policies")
         && let Some(items) = doc.seq(list, "policies")
     {
@@ -491,10 +493,12 @@ pub(crate) fn parse_config(
         for (i, item) in items.iter().enumerate() {
             let path = index("policies", i);
             let Some(em) = doc.map(item, &path, &["file", "bundle_source"]) else {
+                incomplete = true;
                 continue;
             };
             match (em.get("file"), em.get("bundle_source")) {
                 (Some(_), Some(_)) | (None, None) => {
+                    incomplete = true;
                     doc.error(
                         item,
                         &path,
@@ -510,6 +514,8 @@ pub(crate) fn parse_config(
                             node: s,
                             path: fpath,
                         });
+                    } else {
+                        incomplete = true;
                     }
                 }
                 (None, Some(b)) => {
@@ -599,7 +605,7 @@ pub(crate) fn parse_config(
             "allow_unauthenticated needs default_policy (the policy for requests without a token)",
         );
     }
-    check_policy_names(doc, &files, &bundles, &refs);
+    check_policy_names(doc, &files, &bundles, &refs, incomplete);
 
     if doc.errors.len() != before {
         return None;
@@ -664,6 +670,7 @@ fn check_policy_names(
     files: &[FileEntry],
     bundles: &[BundleEntry],
     refs: &[PolicyRef],
+    incomplete: bool,
 ) {
     // Duplicate names among file policies.
     let mut names: BTreeMap<&str, &FileEntry> = BTreeMap::new();
@@ -748,12 +755,15 @@ fn check_policy_names(
     // References.
     let every_bundle_prefixed = bundles.iter().all(|b| !matches!(b.prefix, Prefix::Absent));
     let any_invalid = bundles.iter().any(|b| matches!(b.prefix, Prefix::Invalid));
+    // A policy file that did not load (already reported) may be the one a
+    // reference names: do not add a misleading second error.
+    let all_files_loaded = !incomplete && files.iter().all(|f| f.policy.is_some());
     for r in refs {
         let name = &r.name.value;
         if names.contains_key(name.as_str()) {
             continue;
         }
-        if !every_bundle_prefixed || any_invalid {
+        if !every_bundle_prefixed || any_invalid || !all_files_loaded {
             // A bundle without a (valid) prefix may bring any name: such
             // references are checked when the bundle is fetched.
             continue;
