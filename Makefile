@@ -28,6 +28,15 @@ manifests: ## Regenerate the CRDs and the ClusterRole from the Rust types.
 .PHONY: generate
 generate: manifests ## Alias of manifests (no other generated code).
 
+.PHONY: install-manifests
+install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image set to IMG.
+	@mkdir -p "$(ROOT)/.cache"; tmp="$$(mktemp -d "$(ROOT)/.cache/install-manifests.XXXXXX")"; \
+	trap 'rm -rf "$$tmp"' EXIT; \
+	printf '%s\n' 'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
+	  'resources:' '- ../../config/default' 'images:' '- name: controller' '  newName: "$(IMG)"' \
+	  > "$$tmp/kustomization.yaml"; \
+	$(KUBECTL) kustomize "$$tmp"
+
 .PHONY: cluster-up
 cluster-up: tools ## Start the full local cluster (kubeconfig: .cluster/kubeconfig).
 	hack/cluster.sh up full
