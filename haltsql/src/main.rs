@@ -17,6 +17,8 @@ struct Cli {
 enum Command {
     Validate(cli::ValidateArgs),
     HashToken(cli::HashTokenArgs),
+    Serve(haltsql::serve::ServeArgs),
+    Check(haltsql::check::CheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -24,6 +26,8 @@ fn main() -> ExitCode {
     let code = match &cli.command {
         Command::Validate(args) => cli::validate(args),
         Command::HashToken(args) => cli::hash_token(args),
+        Command::Serve(args) => haltsql::serve::run(args),
+        Command::Check(args) => haltsql::check::run(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

@@ -10,6 +10,7 @@
 //! 3. an explicit walk of the whole AST ([`walk`]) that checks statement
 //!    kinds, tables, columns, functions, casts, CTE scopes and LIMIT.
 
+mod from_load;
 pub mod functions;
 pub mod lexer;
 pub mod pool;
