@@ -445,12 +445,10 @@ fn default_policy_and_unauthenticated() {
 #[test]
 fn policy_entries() {
     check(
-        &BASE
-            .replace(
-                "  - file: policy-orders.yaml\n",
-                "  - file: policy-orders.yaml\n  - file: ./policy-orders.yaml\n",
-            )
-            .replace("listen", "listen"),
+        &BASE.replace(
+            "  - file: policy-orders.yaml\n",
+            "  - file: policy-orders.yaml\n  - file: ./policy-orders.yaml\n",
+        ),
         &[
             "config.yaml:5:11: policies[1].file: policy name \"orders-agent\" is already loaded by policies[0].file (two policies with one name)",
         ],

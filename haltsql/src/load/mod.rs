@@ -24,6 +24,7 @@ pub mod bundle;
 pub mod config;
 pub mod errors;
 pub mod fs;
+pub mod json;
 pub mod names;
 pub mod placeholders;
 pub mod policy;

@@ -14,7 +14,9 @@
 //! (`<<`) are not supported (they end up as an unknown key).
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span, Tag};
 
@@ -515,13 +517,84 @@ impl Builder {
     }
 }
 
+/// Longest stretch the YAML scanner may read ahead of the last event, in
+/// characters. The scanner buffers a whole flow collection (`[...]`,
+/// `{...}`) before it emits its first event; this caps that buffer.
+pub const MAX_LOOKAHEAD: usize = 256 * 1024;
+
+/// Feeds the scanner characters, never more than [`MAX_LOOKAHEAD`] past the
+/// last event; notes when it had to stop early.
+struct Windowed<'a> {
+    chars: std::str::Chars<'a>,
+    state: Rc<WindowState>,
+}
+
+#[derive(Default)]
+struct WindowState {
+    read: Cell<usize>,
+    limit: Cell<usize>,
+    cut: Cell<bool>,
+}
+
+impl Iterator for Windowed<'_> {
+    type Item = char;
+
+    fn next(&mut self) -> Option<char> {
+        if self.state.read.get() >= self.state.limit.get() {
+            self.state.cut.set(true);
+            return None;
+        }
+        let c = self.chars.next()?;
+        self.state.read.set(self.state.read.get() + 1);
+        Some(c)
+    }
+}
+
+/// 1-based line and column of a character index.
+fn char_pos(text: &str, index: usize) -> (usize, usize) {
+    let mut line = 1;
+    let mut column = 1;
+    for c in text.chars().take(index) {
+        if c == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    (line, column)
+}
+
 /// Parses one YAML (or JSON) document into a located tree.
 ///
 /// Returns the root (if the document was read to its end) and every problem
 /// found. A syntax error or an exceeded limit stops the parse (the root is
 /// then `None`); duplicate keys and unsupported tags are reported and parsing
 /// goes on. An empty file has no root and one error.
+///
+/// A document that starts with `{` or `[` is read as JSON first (see
+/// [`super::json`]); when that fails it is read as YAML.
 pub fn parse(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
+    let trimmed = text.trim_start_matches([' ', '\t', '\r', '\n']);
+    if trimmed.starts_with(['{', '[']) {
+        let (root, errors) = super::json::parse(text, limits);
+        // Valid JSON, or JSON over a limit (the limits are the same for YAML).
+        let over_limit = errors
+            .last()
+            .is_some_and(|e| !e.message.starts_with("JSON syntax error"));
+        if root.is_some() || over_limit {
+            return (root, errors);
+        }
+        let (root, yaml_errors) = parse_yaml(text, limits);
+        if root.is_some() || !trimmed.starts_with("{\"") {
+            return (root, yaml_errors);
+        }
+        return (None, errors);
+    }
+    parse_yaml(text, limits)
+}
+
+fn parse_yaml(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
     let mut builder = Builder {
         limits,
         nodes: 0,
@@ -531,21 +604,48 @@ pub fn parse(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
         root: None,
         errors: Vec::new(),
     };
-    let mut parser = Parser::new_from_str(text);
+    let state = Rc::new(WindowState::default());
+    state.limit.set(MAX_LOOKAHEAD);
+    let input = Windowed {
+        chars: text.chars(),
+        state: Rc::clone(&state),
+    };
+    let mut parser = Parser::new_from_iter(input);
+    let cut_error = |state: &WindowState| {
+        let (line, column) = char_pos(text, state.read.get());
+        err(
+            line,
+            column,
+            format!(
+                "a single YAML node spans more than {MAX_LOOKAHEAD} characters (a flow collection [...] or {{...}}, or a scalar); write collections in block style, or the whole document as JSON"
+            ),
+        )
+    };
     loop {
         match parser.next_event() {
             None => break,
             Some(Err(e)) => {
+                if state.cut.get() {
+                    builder.errors.push(cut_error(&state));
+                    return (None, builder.errors);
+                }
                 let m = e.marker();
+                let info = match e.info() {
+                    "recursion limit exceeded" => format!("nesting too deep ({})", e.info()),
+                    other => other.to_string(),
+                };
                 builder.errors.push(err(
                     m.line().max(1),
                     m.col() + 1,
-                    format!("YAML syntax error: {}", e.info()),
+                    format!("YAML syntax error: {info}"),
                 ));
                 return (None, builder.errors);
             }
             Some(Ok((ev, span))) => {
                 let end = matches!(ev, Event::StreamEnd);
+                state
+                    .limit
+                    .set(span.end.index().saturating_add(MAX_LOOKAHEAD));
                 if let Err(e) = builder.event(ev, span) {
                     builder.errors.push(e);
                     return (None, builder.errors);
@@ -556,10 +656,40 @@ pub fn parse(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
             }
         }
     }
+    if state.cut.get() {
+        builder.errors.push(cut_error(&state));
+        return (None, builder.errors);
+    }
     if builder.root.is_none() {
         builder
             .errors
             .push(err(1, 1, "the file holds no YAML document"));
     }
     (builder.root, builder.errors)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn root(text: &str) -> Node {
+        let (root, errs) = parse(text, Limits::default());
+        assert!(errs.is_empty(), "{errs:?}");
+        root.unwrap()
+    }
+
+    #[test]
+    fn positions_of_block_and_flow_nodes() {
+        let r = root("a:\n  allow: &f [lower]\nb: {allow: *f}\nc: [1, *f]\n");
+        let Value::Map(e) = &r.value else { panic!() };
+        assert_eq!((e[1].0.line, e[1].0.column), (3, 1));
+        let Value::Map(b) = &e[1].1.value else {
+            panic!()
+        };
+        assert_eq!((b[0].1.line, b[0].1.column), (3, 12));
+        let Value::Seq(c) = &e[2].1.value else {
+            panic!()
+        };
+        assert_eq!((c[1].line, c[1].column), (4, 8));
+    }
 }
