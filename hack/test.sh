@@ -30,6 +30,9 @@ for mode in full envtest; do
   if ! hack/cluster.sh status "$mode" | grep -q 'kube-apiserver: running'; then started+=("$mode"); fi
   hack/cluster.sh up "$mode"
 done
+for mode in full envtest; do
+  bin/kubectl --kubeconfig "$root/.cluster/$mode/kubeconfig" apply --server-side --force-conflicts -f crds/ >/dev/null
+done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 

@@ -188,3 +188,152 @@ where
 pub fn path_exists(path: &Path) -> bool {
     path.exists()
 }
+
+/// Installs (or updates) the CRDs from `crds/` in the given cluster and waits
+/// until they are established. Idempotent; safe to call from every test.
+pub fn ensure_crds(cluster: Cluster) {
+    run_ok(
+        kubectl_for(cluster)
+            .args(["apply", "--server-side", "--force-conflicts", "-f"])
+            .arg(repo_root().join("crds")),
+    );
+    run_ok(kubectl_for(cluster).args([
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/haltsqlpolicies.haltsql.dev",
+        "crd/haltsqlservers.haltsql.dev",
+    ]));
+}
+
+/// The operator's runtime, running in this test process and watching only the
+/// given namespaces (so tests in parallel never reconcile each other's objects).
+pub struct Operator {
+    pub metrics: haltsql_operator::metrics::Metrics,
+    pub readiness: haltsql_operator::runtime::Readiness,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts both controllers with test-friendly settings; `adjust` may change them.
+    pub fn start(
+        client: &Client,
+        namespaces: &[&str],
+        adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
+    ) -> Self {
+        let mut settings = haltsql_operator::context::Settings::new(haltsql_bin());
+        settings.watch_namespaces = Some(namespaces.iter().map(|s| s.to_string()).collect());
+        settings.validator_timeout = Duration::from_secs(20);
+        adjust(&mut settings);
+        let metrics = haltsql_operator::metrics::Metrics::new().expect("metrics");
+        let readiness = haltsql_operator::runtime::Readiness::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let client = client.clone();
+            let metrics = metrics.clone();
+            let readiness = readiness.clone();
+            async move {
+                let shutdown = async move {
+                    let _ = stopped.await;
+                };
+                haltsql_operator::runtime::run(client, settings, metrics, readiness, shutdown)
+                    .await
+                    .expect("operator runtime");
+            }
+        });
+        Operator {
+            metrics,
+            readiness,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// API writes the operator made so far, by `kind/verb`.
+    pub fn writes(&self) -> u64 {
+        self.metrics
+            .registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "haltsql_operator_api_writes_total")
+            .flat_map(|f| {
+                f.get_metric()
+                    .iter()
+                    .map(|m| m.get_counter().value() as u64)
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    /// Stops the controllers, letting in-flight reconciles finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+/// The guide's quick-start policy document, with the given columns.
+pub fn quick_start_policy_document(columns: &[&str]) -> String {
+    format!(
+        "apiVersion: haltsql.dev/v1\nkind: Policy\nmetadata:\n  name: orders-agent\ndialect: postgres\nsearch_path: [app]\nstatements:\n  allow: [select]\nrequire_limit:\n  max: 100\ntables:\n  app.orders:\n    columns: [{}]\n",
+        columns.join(", ")
+    )
+}
+
+/// A HaltSQLPolicy object holding `document`.
+pub fn policy_object(name: &str, document: &str) -> haltsql_operator::api::HaltSQLPolicy {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "haltsql.dev/v1alpha1",
+        "kind": "HaltSQLPolicy",
+        "metadata": {"name": name},
+        "spec": {"policy": document}
+    }))
+    .expect("policy literal")
+}
+
+/// The guide's quick-start HaltSQLServer (two replicas, a token, PDB and NetworkPolicy on).
+pub fn quick_start_server(name: &str, policy: &str) -> haltsql_operator::api::HaltSQLServer {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "haltsql.dev/v1alpha1",
+        "kind": "HaltSQLServer",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 2,
+            "image": "ghcr.io/haltsql/haltsql:0.0.1",
+            "policies": [{"name": policy}],
+            "auth": {"tokens": [{
+                "name": "orders-agent",
+                "policy": "orders-agent",
+                "sha256SecretRef": {"name": "haltsql-tokens", "key": "orders-agent.sha256"}
+            }]},
+            "podDisruptionBudget": {"enabled": true},
+            "networkPolicy": {"enabled": true, "ingressFrom": [{"podSelector": {"matchLabels": {"app": "orders-agent"}}}]}
+        }
+    }))
+    .expect("server literal")
+}
+
+/// The status of the condition `type_` on an object's status conditions, as
+/// `(status, reason)`.
+pub fn condition(
+    conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> Option<(String, String)> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
