@@ -37,6 +37,16 @@ install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image
 	  > "$$tmp/kustomization.yaml"; \
 	$(KUBECTL) kustomize "$$tmp"
 
+HALTSQL_IMG ?= haltsql:dev
+
+.PHONY: docker-build-haltsql
+docker-build-haltsql: ## Build the haltsql image HALTSQL_IMG from ./haltsql (needs Docker).
+	docker build -f haltsql/Dockerfile -t "$(HALTSQL_IMG)" .
+
+.PHONY: docker-build
+docker-build: ## Build the operator image IMG on top of the haltsql image HALTSQL_IMG (needs Docker).
+	docker build --build-arg HALTSQL_IMAGE="$(HALTSQL_IMG)" -t "$(IMG)" .
+
 .PHONY: cluster-up
 cluster-up: tools ## Start the full local cluster (kubeconfig: .cluster/kubeconfig).
 	hack/cluster.sh up full
