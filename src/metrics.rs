@@ -1,8 +1,20 @@
 //! Prometheus metrics of the operator, served on `/metrics`.
+//!
+//! Counters and histograms are updated where things happen (reconciles, the
+//! validator, API writes). The objects-by-condition gauge is computed at
+//! scrape time from the reflector stores instead: it is always exact (deleted
+//! objects drop out, no per-object bookkeeping in the reconcilers) and costs
+//! one pass over the cached custom resources per scrape.
 
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::reflector::Store;
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
+
+use crate::api::{HaltSQLPolicy, HaltSQLServer};
 
 /// Which controller a series belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,10 +51,19 @@ pub struct Metrics {
     pub validator_cache_hits: IntCounterVec,
     /// API writes by resource kind and verb (`apply`, `create`, `delete`, `status`).
     pub api_writes: IntCounterVec,
-    /// Objects by resource kind, condition type and status, from the last reconcile of each.
+    /// Custom resources by kind, condition type and status; computed at scrape
+    /// time from the stores registered with [`Metrics::observe_stores`].
     pub conditions: IntGaugeVec,
     /// 1 while this process holds the leader lease (or runs without leader election).
     pub leader: IntGauge,
+    /// The stores `conditions` is computed from at scrape time, one pair per watched scope.
+    sources: Arc<Mutex<Vec<StoreSource>>>,
+}
+
+/// The custom-resource stores of one watched scope.
+struct StoreSource {
+    policies: Store<HaltSQLPolicy>,
+    servers: Store<HaltSQLServer>,
 }
 
 impl Metrics {
@@ -134,7 +155,43 @@ impl Metrics {
             api_writes,
             conditions,
             leader,
+            sources: Arc::new(Mutex::new(Vec::new())),
         })
+    }
+
+    /// Makes `haltsql_operator_objects` count the objects of these stores
+    /// (called once per watched scope by the runtime).
+    pub fn observe_stores(&self, policies: Store<HaltSQLPolicy>, servers: Store<HaltSQLServer>) {
+        self.lock_sources().push(StoreSource { policies, servers });
+    }
+
+    fn lock_sources(&self) -> std::sync::MutexGuard<'_, Vec<StoreSource>> {
+        // A panic elsewhere while holding the lock leaves the list intact.
+        self.sources.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Recomputes the objects-by-condition gauge from the stores.
+    fn refresh_conditions(&self, sources: &[StoreSource]) {
+        self.conditions.reset();
+        let count = |kind: &str, conditions: &[Condition]| {
+            for condition in conditions {
+                self.conditions
+                    .with_label_values(&[kind, condition.type_.as_str(), condition.status.as_str()])
+                    .inc();
+            }
+        };
+        for source in sources {
+            for policy in source.policies.state() {
+                if let Some(status) = &policy.status {
+                    count("HaltSQLPolicy", &status.conditions);
+                }
+            }
+            for server in source.servers.state() {
+                if let Some(status) = &server.status {
+                    count("HaltSQLServer", &status.conditions);
+                }
+            }
+        }
     }
 
     /// Counts one API write.
@@ -145,6 +202,10 @@ impl Metrics {
     /// The text exposition of every series.
     pub fn encode(&self) -> String {
         use prometheus::Encoder;
+        // Held across refresh and gather so concurrent scrapes never see a
+        // gauge another scrape has just reset.
+        let sources = self.lock_sources();
+        self.refresh_conditions(&sources);
         let mut buffer = Vec::new();
         let encoder = prometheus::TextEncoder::new();
         if encoder
@@ -153,6 +214,7 @@ impl Metrics {
         {
             return String::new();
         }
+        drop(sources);
         String::from_utf8(buffer).unwrap_or_default()
     }
 }
@@ -202,5 +264,102 @@ impl Drop for ReconcileTimer {
             .reconciles
             .with_label_values(&[controller, self.result])
             .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher;
+
+    use super::*;
+
+    fn policy(name: &str, conditions: &[(&str, &str)]) -> HaltSQLPolicy {
+        let conditions: Vec<serde_json::Value> = conditions
+            .iter()
+            .map(|(type_, status)| {
+                serde_json::json!({
+                    "type": type_, "status": status, "reason": "R", "message": "",
+                    "lastTransitionTime": "2025-01-01T00:00:00Z"
+                })
+            })
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "haltsql.dev/v1alpha1",
+            "kind": "HaltSQLPolicy",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"policy": "kind: Policy"},
+            "status": {"conditions": conditions}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn objects_gauge_follows_the_stores_at_scrape_time() {
+        let metrics = Metrics::new().unwrap();
+        let (policies, mut policy_writer) = reflector::store::<HaltSQLPolicy>();
+        let (servers, _server_writer) = reflector::store::<HaltSQLServer>();
+        metrics.observe_stores(policies, servers);
+        let a = policy("a", &[("Valid", "True"), ("Synced", "False")]);
+        let b = policy("b", &[("Valid", "True")]);
+        policy_writer.apply_watcher_event(&watcher::Event::Apply(a));
+        policy_writer.apply_watcher_event(&watcher::Event::Apply(b.clone()));
+        let text = metrics.encode();
+        assert!(
+            text.contains(
+                "haltsql_operator_objects{condition=\"Valid\",kind=\"HaltSQLPolicy\",status=\"True\"} 2"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(
+            "haltsql_operator_objects{condition=\"Synced\",kind=\"HaltSQLPolicy\",status=\"False\"} 1"
+        ));
+
+        // A deleted object drops out at the next scrape; a gone series disappears.
+        policy_writer.apply_watcher_event(&watcher::Event::Delete(policy("a", &[])));
+        let text = metrics.encode();
+        assert!(text.contains(
+            "haltsql_operator_objects{condition=\"Valid\",kind=\"HaltSQLPolicy\",status=\"True\"} 1"
+        ));
+        assert!(!text.contains("condition=\"Synced\""), "{text}");
+    }
+
+    #[test]
+    fn series_follow_the_prometheus_conventions() {
+        let metrics = Metrics::new().unwrap();
+        // Touch every labelled series so it is exported.
+        metrics
+            .start_reconcile(ControllerKind::Server)
+            .finish("success");
+        metrics.write("ConfigMap", "apply");
+        metrics.validator_runs.with_label_values(&["valid"]).inc();
+        metrics
+            .validator_duration
+            .with_label_values(&["valid"])
+            .observe(0.1);
+        metrics
+            .validator_cache_hits
+            .with_label_values(&["valid"])
+            .inc();
+        for family in metrics.registry.gather() {
+            let name = family.name();
+            assert!(name.starts_with("haltsql_operator_"), "{name}");
+            match family.get_field_type() {
+                prometheus::proto::MetricType::COUNTER => {
+                    assert!(name.ends_with("_total"), "{name}")
+                }
+                prometheus::proto::MetricType::HISTOGRAM => {
+                    assert!(name.ends_with("_seconds"), "{name}")
+                }
+                _ => assert!(!name.ends_with("_total"), "{name}"),
+            }
+        }
+        let text = metrics.encode();
+        assert!(text.contains(
+            "haltsql_operator_reconciles_total{controller=\"haltsqlserver\",result=\"success\"} 1"
+        ));
+        assert!(
+            text.contains("haltsql_operator_reconciles_in_flight{controller=\"haltsqlserver\"} 0")
+        );
     }
 }

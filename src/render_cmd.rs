@@ -1,102 +1,209 @@
 //! `haltsql-operator render`: the objects the operator would create for some
-//! manifests, offline. It runs the same steps as the controllers: validate each
-//! policy with the haltsql CLI, gate the server on them, render.
+//! manifests, offline, for review in GitOps pipelines (like `helm template`).
+//!
+//! It runs the controllers' own steps without a cluster: judge each policy
+//! exactly as the policy controller does (same `InvalidSpec` rules, same
+//! `haltsql validate`), gate each server on its policies as the server
+//! controller does, and call the same pure rendering. Where the controllers
+//! would report a condition and keep the last good state, `render` fails
+//! instead, so a pipeline stops before anything is applied.
 
 use std::collections::BTreeMap;
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, bail};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde::Deserialize;
 
-use crate::api::{
-    ConditionStatus, DesiredCondition, HaltSQLPolicy, HaltSQLPolicyStatus, HaltSQLServer,
-    ValidReason, set_condition,
-};
+use crate::api::{HaltSQLPolicy, HaltSQLPolicyStatus, HaltSQLServer, set_condition};
 use crate::cli::RenderArgs;
 use crate::metrics::Metrics;
-use crate::policy::{Validator, Verdict};
-use crate::render::content::{content_hash, validation_document};
+use crate::policy::{Judgement, Validator, judge};
+use crate::render::content::content_hash;
 use crate::render::{self, PolicyInput};
 use crate::server::{PolicyGate, gate_policies_with, with_rollout_deadline};
 
+/// The controllers' default; `render` has no flag for it.
 const ROLLOUT_DEADLINE: Duration = Duration::from_secs(180);
+/// How long one `haltsql validate` run may take (the manager's default).
+const VALIDATOR_TIMEOUT: Duration = Duration::from_secs(30);
+/// Stands in for the server's uid in owner references: the API server
+/// assigns the real one, which a manifest on disk does not have.
+pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
 
-fn read_input(path: &Path) -> anyhow::Result<String> {
-    if path == Path::new("-") {
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .context("reading standard input")?;
-        return Ok(text);
-    }
-    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+#[derive(Debug, thiserror::Error)]
+pub enum RenderCmdError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{place}: {source}")]
+    Parse {
+        place: String,
+        #[source]
+        source: serde_yaml::Error,
+    },
+    #[error("{place}: {kind} {key} is defined more than once")]
+    Duplicate {
+        place: String,
+        kind: &'static str,
+        key: String,
+    },
+    #[error("no HaltSQLServer in the given files")]
+    NoServer,
+    #[error("cannot set up the validator: {0}")]
+    Metrics(#[from] prometheus::Error),
+    #[error("HaltSQLPolicy {key} is not valid ({reason}):\n{message}")]
+    InvalidPolicy {
+        key: String,
+        reason: &'static str,
+        message: String,
+    },
+    #[error("HaltSQLPolicy {key}: the validator could not run: {message}")]
+    Validator { key: String, message: String },
+    #[error("HaltSQLServer {key}: {reason}: {message}")]
+    PoliciesNotReady {
+        key: String,
+        reason: String,
+        message: String,
+    },
+    #[error("HaltSQLServer {key}: {source}")]
+    Render {
+        key: String,
+        #[source]
+        source: render::RenderError,
+    },
+    #[error("writing YAML: {0}")]
+    Serialize(#[source] serde_yaml::Error),
 }
 
-pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
-    let mut servers = Vec::new();
-    let mut policies: BTreeMap<String, HaltSQLPolicy> = BTreeMap::new();
+/// `namespace/name`.
+fn key_of(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+fn read_input(path: &Path) -> Result<String, RenderCmdError> {
+    let read = if path == Path::new("-") {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(path)
+    };
+    read.map_err(|source| RenderCmdError::Read {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The servers and policies found in the files, keyed by `namespace/name`.
+#[derive(Default)]
+struct Inputs {
+    servers: BTreeMap<String, HaltSQLServer>,
+    policies: BTreeMap<String, HaltSQLPolicy>,
+}
+
+fn parse_inputs(args: &RenderArgs) -> Result<Inputs, RenderCmdError> {
+    let mut inputs = Inputs::default();
     for path in &args.files {
         let text = read_input(path)?;
         for (index, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-            let value = serde_yaml::Value::deserialize(document)
-                .with_context(|| format!("{}: document {}", path.display(), index + 1))?;
-            if value.is_null() {
-                continue;
-            }
-            let kind = value
-                .get("kind")
-                .and_then(|k| k.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            let place = format!("{}: document {} ({kind})", path.display(), index + 1);
-            match kind.as_str() {
-                "HaltSQLServer" => {
+            let place = format!("{}: document {}", path.display(), index + 1);
+            let value = serde_yaml::Value::deserialize(document).map_err(|source| {
+                RenderCmdError::Parse {
+                    place: place.clone(),
+                    source,
+                }
+            })?;
+            let is_ours = value
+                .get("apiVersion")
+                .and_then(|v| v.as_str())
+                .is_some_and(|v| v.starts_with("haltsql.dev/"));
+            let kind = value.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+            let parse_err = |source| RenderCmdError::Parse {
+                place: format!("{place} ({kind})"),
+                source,
+            };
+            // Secrets, Namespaces and the like are not the operator's business.
+            match (is_ours, kind) {
+                (true, "HaltSQLServer") => {
                     let mut server: HaltSQLServer =
-                        serde_yaml::from_value(value).with_context(|| place.clone())?;
+                        serde_yaml::from_value(value.clone()).map_err(parse_err)?;
                     default_metadata(&mut server.metadata, &args.namespace);
-                    servers.push(server);
+                    let key = key_of(&server.namespace().unwrap_or_default(), &server.name_any());
+                    if inputs.servers.insert(key.clone(), server).is_some() {
+                        return Err(RenderCmdError::Duplicate {
+                            place,
+                            kind: "HaltSQLServer",
+                            key,
+                        });
+                    }
                 }
-                "HaltSQLPolicy" => {
+                (true, "HaltSQLPolicy") => {
                     let mut policy: HaltSQLPolicy =
-                        serde_yaml::from_value(value).with_context(|| place.clone())?;
+                        serde_yaml::from_value(value.clone()).map_err(parse_err)?;
                     default_metadata(&mut policy.metadata, &args.namespace);
-                    policies.insert(policy.name_any(), policy);
+                    let key = key_of(&policy.namespace().unwrap_or_default(), &policy.name_any());
+                    if inputs.policies.insert(key.clone(), policy).is_some() {
+                        return Err(RenderCmdError::Duplicate {
+                            place,
+                            kind: "HaltSQLPolicy",
+                            key,
+                        });
+                    }
                 }
-                _ => {} // Secrets, Namespaces and the like are not the operator's business.
+                _ => {}
             }
         }
     }
+    Ok(inputs)
+}
+
+/// Renders the manifests' servers; returns the YAML stream to print.
+pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
+    let Inputs {
+        servers,
+        mut policies,
+    } = parse_inputs(args)?;
     if servers.is_empty() {
-        bail!("no HaltSQLServer in the given files");
+        return Err(RenderCmdError::NoServer);
     }
 
     let validator = Validator::new(
         args.haltsql_binary.clone(),
-        Duration::from_secs(30),
+        VALIDATOR_TIMEOUT,
         Metrics::new()?,
     );
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    for policy in policies.values_mut() {
-        policy.status = Some(verdict_status(policy, &validator, &now).await?);
+    // Every policy in the files is judged, referenced or not: a pipeline
+    // wants to hear about an invalid policy before it is applied.
+    for (key, policy) in policies.iter_mut() {
+        policy.status = Some(judged_status(key, policy, &validator, &now).await?);
     }
 
-    let mut out = String::new();
-    for server in &servers {
+    let mut out = String::from(
+        "# Rendered by `haltsql-operator render` for review. The operator creates these\n\
+         # objects itself; the owner references carry a placeholder uid.\n",
+    );
+    for (key, server) in &servers {
+        let namespace = server.namespace().unwrap_or_default();
         let lookup = |name: &str| {
             policies
-                .get(name)
-                .filter(|p| p.namespace() == server.namespace())
+                .get(&key_of(&namespace, name))
                 .map(|p| Arc::new(p.clone()))
         };
         let ready = match gate_policies_with(server, lookup) {
             PolicyGate::Open(ready) => ready,
             PolicyGate::Closed { reason, message } => {
-                bail!("HaltSQLServer {}: {reason}: {message}", server.name_any())
+                return Err(RenderCmdError::PoliciesNotReady {
+                    key: key.clone(),
+                    reason: reason.to_string(),
+                    message,
+                });
             }
         };
         let inputs: Vec<PolicyInput<'_>> = ready
@@ -108,8 +215,11 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
                 spec: &p.spec,
             })
             .collect();
-        let rendered = render::render(server, &inputs)
-            .map_err(|e| anyhow::anyhow!("HaltSQLServer {}: {e}", server.name_any()))?;
+        let rendered =
+            render::render(server, &inputs).map_err(|source| RenderCmdError::Render {
+                key: key.clone(),
+                source,
+            })?;
         let deployment = with_rollout_deadline(rendered.deployment, ROLLOUT_DEADLINE);
         push_yaml(&mut out, &rendered.config_map)?;
         push_yaml(&mut out, &deployment)?;
@@ -121,8 +231,7 @@ pub async fn run(args: &RenderArgs) -> anyhow::Result<()> {
             push_yaml(&mut out, np)?;
         }
     }
-    print!("{out}");
-    Ok(())
+    Ok(out)
 }
 
 /// Objects from files have no uid or generation; give them what rendering needs.
@@ -131,41 +240,61 @@ fn default_metadata(meta: &mut kube::core::ObjectMeta, namespace: &str) {
         meta.namespace = Some(namespace.to_owned());
     }
     if meta.uid.is_none() {
-        // The owner reference needs a uid; the real one is assigned by the API server.
-        meta.uid = Some("00000000-0000-0000-0000-000000000000".to_owned());
+        meta.uid = Some(PLACEHOLDER_UID.to_owned());
     }
     meta.generation.get_or_insert(1);
 }
 
-async fn verdict_status(
+/// The status the policy controller would write, or an error where it would
+/// report the policy as not valid.
+async fn judged_status(
+    key: &str,
     policy: &HaltSQLPolicy,
     validator: &Validator,
     now: &Time,
-) -> anyhow::Result<HaltSQLPolicyStatus> {
-    let name = policy.name_any();
-    let document = validation_document(&name, &policy.spec)
-        .map_err(|e| anyhow::anyhow!("HaltSQLPolicy {name}: {e}"))?;
+) -> Result<HaltSQLPolicyStatus, RenderCmdError> {
+    let judgement = judge(&policy.name_any(), &policy.spec, validator).await;
     let generation = policy.metadata.generation;
     let mut status = HaltSQLPolicyStatus {
         observed_generation: generation,
         content_hash: Some(content_hash(&policy.spec)),
+        policy_name: judgement.policy_name().map(str::to_owned),
         ..Default::default()
     };
-    let condition = match validator.validate(&document).await {
-        Verdict::Valid { policy_name } => {
-            // A bundle's documents are not known offline: its object name stands in.
-            status.policy_name = Some(policy_name.unwrap_or_else(|| name.clone()));
-            DesiredCondition::new(ConditionStatus::True, ValidReason::Validated, "valid")
+    match &judgement {
+        Judgement::Validated { .. } => {}
+        Judgement::ValidationFailed { message } => {
+            return Err(RenderCmdError::InvalidPolicy {
+                key: key.to_owned(),
+                reason: "ValidationFailed",
+                message: message.clone(),
+            });
         }
-        Verdict::Invalid { message } => bail!("HaltSQLPolicy {name} is not valid:\n{message}"),
-        Verdict::Error { message } => bail!("HaltSQLPolicy {name}: could not validate: {message}"),
-    };
-    set_condition(&mut status.conditions, condition, generation, now);
+        Judgement::InvalidSpec { message } => {
+            return Err(RenderCmdError::InvalidPolicy {
+                key: key.to_owned(),
+                reason: "InvalidSpec",
+                message: message.clone(),
+            });
+        }
+        Judgement::ValidatorError { message } => {
+            return Err(RenderCmdError::Validator {
+                key: key.to_owned(),
+                message: message.clone(),
+            });
+        }
+    }
+    set_condition(
+        &mut status.conditions,
+        judgement.condition(),
+        generation,
+        now,
+    );
     Ok(status)
 }
 
-fn push_yaml<K: serde::Serialize>(out: &mut String, obj: &K) -> anyhow::Result<()> {
+fn push_yaml<K: serde::Serialize>(out: &mut String, obj: &K) -> Result<(), RenderCmdError> {
     out.push_str("---\n");
-    out.push_str(&serde_yaml::to_string(obj)?);
+    out.push_str(&serde_yaml::to_string(obj).map_err(RenderCmdError::Serialize)?);
     Ok(())
 }

@@ -256,6 +256,9 @@ async fn run_scope(
     let (requeue_server, deleted_for_servers) = mpsc::unbounded::<ObjectRef<HaltSQLServer>>();
     let (requeue_policy, deleted_for_policies) = mpsc::unbounded::<ObjectRef<HaltSQLPolicy>>();
 
+    // `haltsql_operator_objects` is computed from these stores at scrape time.
+    metrics.observe_stores(policies.reader.clone(), servers.reader.clone());
+
     let ctx = Arc::new(Context {
         client: client.clone(),
         namespace: namespace.clone(),
