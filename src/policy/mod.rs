@@ -1,0 +1,18 @@
+//! The HaltSQLPolicy controller: validate each policy with the real
+//! `haltsql validate` and report the `Valid` and `Synced` conditions.
+//!
+//! - [`validator`] runs the CLI in a private temporary directory with an
+//!   empty environment, a timeout and bounded output, and caches verdicts by
+//!   content.
+//! - [`reconcile`](mod@reconcile) is one pass of the loop: reuse the verdict
+//!   when generation and content are unchanged, otherwise judge the spec,
+//!   derive `Synced` from the servers' `appliedPolicies`, and write the
+//!   status only when it changed.
+
+mod reconcile;
+pub mod validator;
+
+pub use reconcile::{
+    Error, Judgement, error_policy, invalid_spec, judge, policies_referenced_by, reconcile,
+};
+pub use validator::{Validator, Verdict};

@@ -1,0 +1,619 @@
+//! One pass of the policy loop.
+//!
+//! 1. Hash the content (`render::content_hash`).
+//! 2. If the status already judges this generation and this content, and the
+//!    judgement is a real one (not `ValidatorError`), keep it: a resync costs
+//!    no subprocess.
+//! 3. Otherwise decide what the operator can tell by itself (`InvalidSpec`)
+//!    and hand everything else to `haltsql validate` (whose cache makes
+//!    content seen before free).
+//! 4. Work out `Synced` from the servers in the shared store.
+//! 5. Write the status only if it differs from what is stored, with the
+//!    resourceVersion that was read; a conflict is normal and requeues
+//!    quietly.
+//!
+//! The rule for `InvalidSpec` versus `ValidationFailed`: `InvalidSpec` is
+//! only for a spec the operator can reject with certainty without haltsql,
+//! because the problem lies in how the object is put together rather than
+//! in the policy language:
+//! - neither or both of `policy` and `bundleSource` (the API server rejects
+//!   this; objects from before the CEL rule may still carry it);
+//! - an inline policy larger than 256 KiB (idem);
+//! - an inline policy whose top-level `catalog` is a string, i.e. a file
+//!   reference, which neither the operator nor the pods can resolve;
+//! - a bundle source that cannot be turned into a `bundle_source` entry
+//!   (no location, a Secret reference that is not a valid name).
+//!
+//! Everything about the document itself goes to haltsql and is
+//! `ValidationFailed` with located errors, including YAML that does not
+//! parse: haltsql reports the line and column, the operator could not do
+//! better, and both are the user's mistake in the same place.
+//!
+//! For a bundle source, `policyName` is the name of its `bundle_source`
+//! entry in the rendered config, which is the HaltSQLPolicy's own name
+//! (a bundle brings its policies only when the server fetches it). That is
+//! the name servers list in `appliedPolicies`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+use serde::Deserialize;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use super::validator::{Validator, Verdict};
+use crate::api::{
+    ConditionStatus, DesiredCondition, HaltSQLPolicy, HaltSQLPolicySpec, HaltSQLPolicyStatus,
+    HaltSQLServer, MAX_POLICY_BYTES, PolicyConditionType, PolicySource, SyncedReason, ValidReason,
+    find_condition, set_condition,
+};
+use crate::context::{Context, object_key};
+use crate::metrics::ControllerKind;
+use crate::render;
+
+/// How soon a conflicting write is retried. The watch usually delivers the
+/// newer object (and a reconcile) before that.
+const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
+/// Servers named in a `Synced` message before the rest are counted.
+const MAX_LISTED_SERVERS: usize = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("HaltSQLPolicy has no namespace")]
+    NotNamespaced,
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("serializing status: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl Error {
+    /// A 409: someone wrote in between. Normal; the next pass finishes the job.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+    }
+}
+
+/// What the policy's content was judged to be.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judgement {
+    /// `Valid=True`, `Validated`.
+    Validated { policy_name: String },
+    /// `Valid=False`, `ValidationFailed`, with the located errors.
+    ValidationFailed { message: String },
+    /// `Valid=False`, `InvalidSpec`.
+    InvalidSpec { message: String },
+    /// `Valid=Unknown`, `ValidatorError`: retried with backoff.
+    ValidatorError { message: String },
+}
+
+impl Judgement {
+    /// The `Valid` condition this judgement sets.
+    pub fn condition(&self) -> DesiredCondition {
+        match self {
+            Judgement::Validated { policy_name } => DesiredCondition::new(
+                ConditionStatus::True,
+                ValidReason::Validated,
+                format!("haltsql validate accepted the policy {policy_name:?}"),
+            ),
+            Judgement::ValidationFailed { message } => DesiredCondition::new(
+                ConditionStatus::False,
+                ValidReason::ValidationFailed,
+                message.clone(),
+            ),
+            Judgement::InvalidSpec { message } => DesiredCondition::new(
+                ConditionStatus::False,
+                ValidReason::InvalidSpec,
+                message.clone(),
+            ),
+            Judgement::ValidatorError { message } => DesiredCondition::new(
+                ConditionStatus::Unknown,
+                ValidReason::ValidatorError,
+                message.clone(),
+            ),
+        }
+    }
+
+    /// `status.policyName`: set only when the policy is valid.
+    pub fn policy_name(&self) -> Option<&str> {
+        match self {
+            Judgement::Validated { policy_name } => Some(policy_name),
+            _ => None,
+        }
+    }
+
+    /// The judgement the status already records for this generation and
+    /// content, if it may be reused (a `ValidatorError` never is).
+    fn from_status(
+        status: &HaltSQLPolicyStatus,
+        generation: Option<i64>,
+        hash: &str,
+    ) -> Option<Self> {
+        if status.observed_generation != generation || status.content_hash.as_deref() != Some(hash)
+        {
+            return None;
+        }
+        let valid = find_condition(&status.conditions, PolicyConditionType::Valid.as_str())?;
+        if valid.observed_generation != generation {
+            return None;
+        }
+        let message = valid.message.clone();
+        match (valid.status.as_str(), valid.reason.as_str()) {
+            ("True", "Validated") => Some(Judgement::Validated {
+                policy_name: status.policy_name.clone()?,
+            }),
+            ("False", "ValidationFailed") => Some(Judgement::ValidationFailed { message }),
+            ("False", "InvalidSpec") => Some(Judgement::InvalidSpec { message }),
+            _ => None,
+        }
+    }
+}
+
+/// Reconciles one HaltSQLPolicy.
+pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let span = info_span!(
+        "reconcile",
+        controller = "haltsqlpolicy",
+        namespace = policy.namespace().unwrap_or_default(),
+        name = policy.name_any()
+    );
+    async move {
+        let timer = ctx.metrics.start_reconcile(ControllerKind::Policy);
+        let key = object_key(policy.namespace().as_deref(), &policy.name_any());
+        let result = reconcile_policy(&policy, &ctx).await;
+        match &result {
+            Ok(Pass::Done) => {
+                ctx.policy_backoff.succeeded(&key);
+                timer.finish("success");
+                Ok(Action::requeue(ctx.settings.resync))
+            }
+            Ok(Pass::ValidatorFailed) => {
+                // The status says ValidatorError; try again, slower each time.
+                let delay = ctx.policy_backoff.failed(&key);
+                debug!(retry_in = ?delay, "validator error, retrying");
+                timer.finish("requeue");
+                Ok(Action::requeue(delay))
+            }
+            Err(e) if e.is_conflict() => {
+                debug!("conflict writing status, requeueing");
+                timer.finish("conflict");
+                Ok(Action::requeue(CONFLICT_REQUEUE))
+            }
+            Err(_) => {
+                timer.finish("error");
+                result.map(|_| Action::await_change())
+            }
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+/// Requeues a failed reconcile with per-object exponential backoff.
+pub fn error_policy(policy: Arc<HaltSQLPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
+    let key = object_key(policy.namespace().as_deref(), &policy.name_any());
+    if error.is_conflict() {
+        debug!(policy = %key, "conflict, requeueing");
+        return Action::requeue(CONFLICT_REQUEUE);
+    }
+    let delay = ctx.policy_backoff.failed(&key);
+    warn!(policy = %key, %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// How a pass ended when it did not fail.
+enum Pass {
+    Done,
+    ValidatorFailed,
+}
+
+async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass, Error> {
+    let namespace = policy.namespace().ok_or(Error::NotNamespaced)?;
+    let name = policy.name_any();
+    let generation = policy.metadata.generation;
+    let hash = render::content_hash(&policy.spec);
+    let current = policy.status.clone().unwrap_or_default();
+
+    let judgement = match Judgement::from_status(&current, generation, &hash) {
+        Some(known) => known,
+        None => judge(&name, &policy.spec, &ctx.validator).await,
+    };
+    let synced = synced_condition(policy, &judgement, &hash, &ctx.servers);
+
+    let now = now();
+    let mut status = current.clone();
+    status.observed_generation = generation;
+    status.content_hash = Some(hash);
+    status.policy_name = judgement.policy_name().map(str::to_owned);
+    set_condition(
+        &mut status.conditions,
+        judgement.condition(),
+        generation,
+        &now,
+    );
+    set_condition(&mut status.conditions, synced, generation, &now);
+
+    if policy.status.as_ref() != Some(&status) {
+        log_change(&current, &status);
+        write_status(ctx, policy, &namespace, &status).await?;
+    }
+    Ok(match judgement {
+        Judgement::ValidatorError { .. } => Pass::ValidatorFailed,
+        _ => Pass::Done,
+    })
+}
+
+/// `InvalidSpec` for what the operator can tell itself, `haltsql validate`
+/// for the rest (see the module docs for the rule).
+pub async fn judge(
+    object_name: &str,
+    spec: &HaltSQLPolicySpec,
+    validator: &Validator,
+) -> Judgement {
+    if let Some(message) = invalid_spec(spec) {
+        return Judgement::InvalidSpec { message };
+    }
+    let doc = match render::validation_document(object_name, spec) {
+        Ok(doc) => doc,
+        Err(e) => {
+            return Judgement::InvalidSpec {
+                message: e.to_string(),
+            };
+        }
+    };
+    let bundle = matches!(spec.source(), Ok(PolicySource::Bundle(_)));
+    match validator.validate(&doc).await {
+        Verdict::Valid { policy_name } => match (bundle, policy_name) {
+            (true, _) => Judgement::Validated {
+                policy_name: object_name.to_owned(),
+            },
+            (false, Some(policy_name)) => Judgement::Validated { policy_name },
+            (false, None) => Judgement::ValidatorError {
+                message: "haltsql validate accepted the policy but reported no metadata.name"
+                    .to_owned(),
+            },
+        },
+        Verdict::Invalid { message } => Judgement::ValidationFailed { message },
+        Verdict::Error { message } => Judgement::ValidatorError { message },
+    }
+}
+
+/// The spec problems the operator reports itself, without haltsql.
+pub fn invalid_spec(spec: &HaltSQLPolicySpec) -> Option<String> {
+    let source = match spec.source() {
+        Ok(source) => source,
+        Err(e) => return Some(e.to_string()),
+    };
+    let PolicySource::Inline(text) = source else {
+        return None;
+    };
+    if text.len() > MAX_POLICY_BYTES {
+        return Some(format!(
+            "spec.policy is {} bytes; at most {MAX_POLICY_BYTES} are allowed",
+            text.len()
+        ));
+    }
+    if let Some(file) = catalog_file_reference(text) {
+        return Some(format!(
+            "spec.policy: catalog refers to the file {file:?}, which neither the operator nor the server pods have; write the catalog snapshot inline, or ship it in a signed bundle (bundleSource)"
+        ));
+    }
+    None
+}
+
+/// The top-level `catalog` of a policy document when it is a string (a file
+/// reference). A document that does not parse is left to haltsql, which
+/// locates the syntax error.
+fn catalog_file_reference(text: &str) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Probe {
+        #[serde(default)]
+        catalog: Option<serde_yaml::Value>,
+    }
+    match serde_yaml::from_str::<Probe>(text).ok()?.catalog? {
+        serde_yaml::Value::String(file) => Some(file),
+        _ => None,
+    }
+}
+
+/// `Synced` from the servers that reference the policy.
+fn synced_condition(
+    policy: &HaltSQLPolicy,
+    judgement: &Judgement,
+    hash: &str,
+    servers: &Store<HaltSQLServer>,
+) -> DesiredCondition {
+    let Some(policy_name) = judgement.policy_name() else {
+        return DesiredCondition::new(
+            ConditionStatus::False,
+            SyncedReason::NotValid,
+            "the policy is not valid for its current generation, so no server loads it",
+        );
+    };
+    let mut referencing: Vec<Arc<HaltSQLServer>> = servers
+        .state()
+        .into_iter()
+        .filter(|s| s.namespace() == policy.namespace())
+        .filter(|s| s.spec.policies.iter().any(|p| p.name == policy.name_any()))
+        .collect();
+    if referencing.is_empty() {
+        return DesiredCondition::new(
+            ConditionStatus::False,
+            SyncedReason::NotReferenced,
+            "no HaltSQLServer references this policy",
+        );
+    }
+    // Sorted, so the message is the same on every pass.
+    referencing.sort_by_key(|s| s.name_any());
+    let waiting: Vec<String> = referencing
+        .iter()
+        .filter(|s| !has_applied(s, policy_name, hash))
+        .map(|s| s.name_any())
+        .collect();
+    if waiting.is_empty() {
+        DesiredCondition::new(
+            ConditionStatus::True,
+            SyncedReason::Synced,
+            format!(
+                "every referencing HaltSQLServer runs this content: {}",
+                name_list(referencing.iter().map(|s| s.name_any()).collect())
+            ),
+        )
+    } else {
+        DesiredCondition::new(
+            ConditionStatus::False,
+            SyncedReason::RollingOut,
+            format!(
+                "{} of {} referencing HaltSQLServers have not rolled out this content yet: {}",
+                waiting.len(),
+                referencing.len(),
+                name_list(waiting)
+            ),
+        )
+    }
+}
+
+/// Whether the server's fully rolled-out configuration has this content.
+fn has_applied(server: &HaltSQLServer, policy_name: &str, hash: &str) -> bool {
+    server
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_policies.as_ref())
+        .is_some_and(|applied| {
+            applied
+                .iter()
+                .any(|a| a.name == policy_name && a.content_hash == hash)
+        })
+}
+
+fn name_list(names: Vec<String>) -> String {
+    let total = names.len();
+    let mut listed: Vec<String> = names.into_iter().take(MAX_LISTED_SERVERS).collect();
+    if total > MAX_LISTED_SERVERS {
+        listed.push(format!("and {} more", total - MAX_LISTED_SERVERS));
+    }
+    listed.join(", ")
+}
+
+/// The HaltSQLPolicies a server references: the mapper that requeues them
+/// when the server (and so its `appliedPolicies`) changes.
+pub fn policies_referenced_by(
+    server: &HaltSQLServer,
+) -> impl Iterator<Item = ObjectRef<HaltSQLPolicy>> + use<> {
+    let namespace = server.namespace();
+    let refs: Vec<ObjectRef<HaltSQLPolicy>> = server
+        .spec
+        .policies
+        .iter()
+        .map(|p| {
+            let reference = ObjectRef::new(&p.name);
+            match namespace.as_deref() {
+                Some(ns) => reference.within(ns),
+                None => reference,
+            }
+        })
+        .collect();
+    refs.into_iter()
+}
+
+/// The current time at whole seconds: conditions are stored that way, and
+/// a value that round-trips unchanged keeps comparisons exact.
+fn now() -> Time {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    Time(k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now))
+}
+
+fn log_change(old: &HaltSQLPolicyStatus, new: &HaltSQLPolicyStatus) {
+    for type_ in [PolicyConditionType::Valid, PolicyConditionType::Synced] {
+        let before = find_condition(&old.conditions, type_.as_str());
+        let after = find_condition(&new.conditions, type_.as_str());
+        if let Some(after) = after {
+            let changed =
+                before.is_none_or(|b| b.status != after.status || b.reason != after.reason);
+            if changed {
+                info!(
+                    condition = type_.as_str(),
+                    status = %after.status,
+                    reason = %after.reason,
+                    "condition changed"
+                );
+            }
+        }
+    }
+}
+
+/// A merge patch of the status subresource carrying the resourceVersion that
+/// was read, so a concurrent change makes it fail with 409 instead of being
+/// overwritten. Fields the new status drops are sent as `null` (a merge
+/// patch leaves absent fields alone).
+async fn write_status(
+    ctx: &Context,
+    policy: &HaltSQLPolicy,
+    namespace: &str,
+    status: &HaltSQLPolicyStatus,
+) -> Result<(), Error> {
+    let mut body = serde_json::to_value(status)?;
+    if let (Some(new), Some(old)) = (body.as_object_mut(), policy.status.as_ref())
+        && let serde_json::Value::Object(old) = serde_json::to_value(old)?
+    {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(serde_json::Value::Null);
+        }
+    }
+    let patch = serde_json::json!({
+        "metadata": { "resourceVersion": policy.meta().resource_version },
+        "status": body,
+    });
+    let api: Api<HaltSQLPolicy> = Api::namespaced(ctx.client.clone(), namespace);
+    api.patch_status(
+        &policy.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    ctx.metrics.write("HaltSQLPolicy", "status");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        AppliedPolicy, BundleSource, HaltSQLServerSpec, HaltSQLServerStatus, PolicyReference,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+    fn inline(text: &str) -> HaltSQLPolicySpec {
+        HaltSQLPolicySpec {
+            policy: Some(text.to_owned()),
+            bundle_source: None,
+        }
+    }
+
+    #[test]
+    fn catalog_file_reference_is_invalid_spec() {
+        let spec = inline("apiVersion: haltsql.dev/v1\nkind: Policy\ncatalog: ./schema.json\n");
+        let message = invalid_spec(&spec).unwrap_or_default();
+        assert!(message.contains("\"./schema.json\""), "{message}");
+        // An inline snapshot is for haltsql to judge.
+        let spec = inline("kind: Policy\ncatalog: {schemas: {}}\n");
+        assert_eq!(invalid_spec(&spec), None);
+        // So is a document that does not parse, or one nested elsewhere.
+        assert_eq!(invalid_spec(&inline("catalog: [\n")), None);
+        assert_eq!(invalid_spec(&inline("tables: {catalog: x}\n")), None);
+        assert_eq!(invalid_spec(&inline("- catalog: x\n")), None);
+        // JSON is YAML.
+        assert!(invalid_spec(&inline(r#"{"kind": "Policy", "catalog": "s.json"}"#)).is_some());
+    }
+
+    #[test]
+    fn neither_or_both_sources_and_oversize_are_invalid_spec() {
+        assert!(invalid_spec(&HaltSQLPolicySpec::default()).is_some());
+        let both = HaltSQLPolicySpec {
+            policy: Some("x".into()),
+            bundle_source: Some(BundleSource::default()),
+        };
+        assert!(invalid_spec(&both).is_some());
+        let big = inline(&"#".repeat(MAX_POLICY_BYTES + 1));
+        assert!(invalid_spec(&big).unwrap_or_default().contains("at most"));
+    }
+
+    fn status_with(valid: (&str, &str), generation: i64, hash: &str) -> HaltSQLPolicyStatus {
+        HaltSQLPolicyStatus {
+            observed_generation: Some(generation),
+            policy_name: Some("p".into()),
+            content_hash: Some(hash.into()),
+            conditions: vec![Condition {
+                type_: "Valid".into(),
+                status: valid.0.into(),
+                reason: valid.1.into(),
+                message: "m".into(),
+                observed_generation: Some(generation),
+                last_transition_time: now(),
+            }],
+        }
+    }
+
+    #[test]
+    fn status_is_reused_only_for_the_same_generation_content_and_a_real_verdict() {
+        let s = status_with(("True", "Validated"), 3, "h");
+        assert_eq!(
+            Judgement::from_status(&s, Some(3), "h"),
+            Some(Judgement::Validated {
+                policy_name: "p".into()
+            })
+        );
+        assert_eq!(Judgement::from_status(&s, Some(4), "h"), None);
+        assert_eq!(Judgement::from_status(&s, Some(3), "other"), None);
+        let s = status_with(("False", "ValidationFailed"), 3, "h");
+        assert_eq!(
+            Judgement::from_status(&s, Some(3), "h"),
+            Some(Judgement::ValidationFailed {
+                message: "m".into()
+            })
+        );
+        let s = status_with(("Unknown", "ValidatorError"), 3, "h");
+        assert_eq!(Judgement::from_status(&s, Some(3), "h"), None);
+    }
+
+    fn server(name: &str, policies: &[&str], applied: &[(&str, &str)]) -> HaltSQLServer {
+        let mut s = HaltSQLServer::new(
+            name,
+            HaltSQLServerSpec {
+                policies: policies
+                    .iter()
+                    .map(|p| PolicyReference { name: (*p).into() })
+                    .collect(),
+                ..Default::default()
+            },
+        );
+        s.metadata.namespace = Some("ns".into());
+        s.status = Some(HaltSQLServerStatus {
+            applied_policies: Some(
+                applied
+                    .iter()
+                    .map(|(n, h)| AppliedPolicy {
+                        name: (*n).into(),
+                        content_hash: (*h).into(),
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        });
+        s
+    }
+
+    #[test]
+    fn mapper_yields_the_referenced_policies_in_the_server_namespace() {
+        let s = server("s", &["a", "b"], &[]);
+        let refs: Vec<_> = policies_referenced_by(&s).collect();
+        assert_eq!(
+            refs,
+            vec![
+                ObjectRef::<HaltSQLPolicy>::new("a").within("ns"),
+                ObjectRef::<HaltSQLPolicy>::new("b").within("ns"),
+            ]
+        );
+    }
+
+    #[test]
+    fn applied_needs_name_and_hash() {
+        let s = server("s", &["obj"], &[("p", "h1")]);
+        assert!(has_applied(&s, "p", "h1"));
+        assert!(!has_applied(&s, "p", "h2"));
+        assert!(!has_applied(&s, "q", "h1"));
+    }
+
+    #[test]
+    fn server_lists_are_bounded() {
+        let names: Vec<String> = (0..12).map(|i| format!("s{i}")).collect();
+        assert_eq!(
+            name_list(names),
+            "s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, and 2 more"
+        );
+    }
+}

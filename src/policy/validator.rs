@@ -1,0 +1,611 @@
+//! Runs the real `haltsql validate --format json` on one validation document.
+//!
+//! Each run gets a fresh private directory (mode 0700, the file inside 0600)
+//! that is removed when the run ends, whatever the outcome: the guard that
+//! owns it is dropped on every path, including timeouts and spawn failures.
+//! The child runs with an empty environment, no stdin, the private directory
+//! as its working directory and a relative file name, so the located errors
+//! it prints name `policy.yaml`/`config.yaml` and never a random temp path
+//! (which would make the condition message change on every run).
+//!
+//! Verdicts are cached by the SHA-256 of the document (file name and
+//! contents): the same bytes always get the same answer from the same
+//! binary, so a resync or a revert to earlier content costs no subprocess.
+//! Only `Valid` and `Invalid` are cached; an `Error` says nothing about the
+//! document and must be retried.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::Write as _;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tracing::{debug, warn};
+
+use crate::metrics::Metrics;
+use crate::render::ValidationDocument;
+
+/// Most stdout bytes read from one run. `haltsql validate` prints one JSON
+/// report; even thousands of located errors stay far below this.
+pub const MAX_STDOUT_BYTES: usize = 1024 * 1024;
+/// Most stderr bytes kept from one run (only shown in error messages).
+pub const MAX_STDERR_BYTES: usize = 16 * 1024;
+/// Most bytes of a condition message built from located errors. The API
+/// server allows 32 KiB; a few KiB is what a person reads in `kubectl describe`.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+/// Most located errors listed in a message.
+pub const MAX_LISTED_ERRORS: usize = 20;
+/// Verdicts kept in the cache; the oldest is evicted first.
+pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
+
+/// What `haltsql validate` said about a document.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Exit 0. `policy_name` is the `metadata.name` of the `kind: Policy`
+    /// document, `None` for a Config (a bundle source names no policy).
+    Valid { policy_name: Option<String> },
+    /// Exit 1: the document was read and is wrong. The message lists the
+    /// located errors, one per line, trimmed to [`MAX_MESSAGE_BYTES`].
+    Invalid { message: String },
+    /// The check could not run or its answer could not be trusted: spawn
+    /// failure, timeout, signal, exit 2 or another code, unparseable or
+    /// oversized output.
+    Error { message: String },
+}
+
+impl Verdict {
+    /// The `outcome` label of the metrics.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            Verdict::Valid { .. } => "valid",
+            Verdict::Invalid { .. } => "invalid",
+            Verdict::Error { .. } => "error",
+        }
+    }
+}
+
+/// Runs `haltsql validate` and caches its verdicts.
+pub struct Validator {
+    binary: PathBuf,
+    timeout: Duration,
+    metrics: Metrics,
+    temp_root: PathBuf,
+    cache: Mutex<VerdictCache>,
+}
+
+impl Validator {
+    /// A validator running `binary` with `timeout` per run, creating its
+    /// private directories under the system temp directory.
+    pub fn new(binary: PathBuf, timeout: Duration, metrics: Metrics) -> Self {
+        Self {
+            binary,
+            timeout,
+            metrics,
+            temp_root: std::env::temp_dir(),
+            cache: Mutex::new(VerdictCache::new(DEFAULT_CACHE_CAPACITY)),
+        }
+    }
+
+    /// Creates the private directories under `root` instead (tests use this
+    /// to check that every run cleans up).
+    pub fn with_temp_root(mut self, root: PathBuf) -> Self {
+        self.temp_root = root;
+        self
+    }
+
+    /// Keeps at most `capacity` verdicts (at least one).
+    pub fn with_cache_capacity(self, capacity: usize) -> Self {
+        *lock(&self.cache) = VerdictCache::new(capacity);
+        self
+    }
+
+    /// The binary this validator runs.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The verdict for `doc`: from the cache when these exact bytes were
+    /// judged before, otherwise from a `haltsql validate` run.
+    pub async fn validate(&self, doc: &ValidationDocument) -> Verdict {
+        let key = document_key(doc);
+        if let Some(verdict) = lock(&self.cache).get(&key) {
+            self.metrics
+                .validator_cache_hits
+                .with_label_values(&[verdict.outcome()])
+                .inc();
+            return verdict;
+        }
+        let started = Instant::now();
+        let verdict = self.run(doc).await;
+        let outcome = verdict.outcome();
+        self.metrics
+            .validator_runs
+            .with_label_values(&[outcome])
+            .inc();
+        self.metrics
+            .validator_duration
+            .with_label_values(&[outcome])
+            .observe(started.elapsed().as_secs_f64());
+        if !matches!(verdict, Verdict::Error { .. }) {
+            lock(&self.cache).insert(key, verdict.clone());
+        }
+        verdict
+    }
+
+    /// One run in a fresh private directory, removed when `dir` drops.
+    async fn run(&self, doc: &ValidationDocument) -> Verdict {
+        if !is_plain_file_name(&doc.file_name) {
+            return Verdict::Error {
+                message: format!(
+                    "refusing to validate a document named {:?}: not a plain file name",
+                    doc.file_name
+                ),
+            };
+        }
+        let dir = match PrivateDir::create(&self.temp_root) {
+            Ok(dir) => dir,
+            Err(e) => {
+                return Verdict::Error {
+                    message: format!(
+                        "cannot create a private directory under {}: {e}",
+                        self.temp_root.display()
+                    ),
+                };
+            }
+        };
+        if let Err(e) = dir.write_file(&doc.file_name, doc.contents.as_bytes()) {
+            return Verdict::Error {
+                message: format!("cannot write the document for haltsql validate: {e}"),
+            };
+        }
+        let verdict = self.spawn_and_judge(dir.path(), &doc.file_name).await;
+        drop(dir);
+        verdict
+    }
+
+    async fn spawn_and_judge(&self, dir: &Path, file_name: &str) -> Verdict {
+        let mut command = tokio::process::Command::new(&self.binary);
+        command
+            .args(["validate", "--format", "json", "--", file_name])
+            .env_clear()
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Dropping the future (timeout, shutdown) must not leave a child behind.
+            .kill_on_drop(true);
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                return Verdict::Error {
+                    message: format!("cannot run {}: {e}", self.binary.display()),
+                };
+            }
+        };
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let finished = tokio::time::timeout(self.timeout, async {
+            tokio::join!(
+                read_bounded(stdout, MAX_STDOUT_BYTES),
+                read_bounded(stderr, MAX_STDERR_BYTES),
+                child.wait()
+            )
+        })
+        .await;
+        let (stdout, stderr, status) = match finished {
+            Ok(done) => done,
+            Err(_) => {
+                if let Err(e) = child.start_kill() {
+                    debug!(error = %e, "killing the timed-out validator");
+                }
+                // Reap it before the private directory goes away.
+                let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
+                return Verdict::Error {
+                    message: format!(
+                        "haltsql validate did not finish within {}s",
+                        self.timeout.as_secs_f64()
+                    ),
+                };
+            }
+        };
+        let status = match status {
+            Ok(status) => status,
+            Err(e) => {
+                return Verdict::Error {
+                    message: format!("waiting for haltsql validate: {e}"),
+                };
+            }
+        };
+        let stderr = match stderr {
+            Ok(out) => out.text(),
+            Err(e) => format!("(stderr unreadable: {e})"),
+        };
+        let stdout = match stdout {
+            Ok(out) if out.truncated => {
+                return Verdict::Error {
+                    message: format!("haltsql validate printed more than {MAX_STDOUT_BYTES} bytes"),
+                };
+            }
+            Ok(out) => out.bytes,
+            Err(e) => {
+                return Verdict::Error {
+                    message: format!("reading the output of haltsql validate: {e}"),
+                };
+            }
+        };
+        judge(status, &stdout, &stderr)
+    }
+}
+
+/// Turns an exit status and the JSON report into a verdict. Only a report
+/// that parses and agrees with the exit code is believed.
+fn judge(status: std::process::ExitStatus, stdout: &[u8], stderr: &str) -> Verdict {
+    let code = match status.code() {
+        Some(code) => code,
+        None => {
+            let signal = status
+                .signal()
+                .map_or_else(|| "unknown".to_owned(), |s| s.to_string());
+            return Verdict::Error {
+                message: format!("haltsql validate was killed by signal {signal}"),
+            };
+        }
+    };
+    let report = serde_json::from_slice::<Report>(stdout);
+    match (code, report) {
+        (0, Ok(report)) if report.valid && report.errors.is_empty() => Verdict::Valid {
+            policy_name: report
+                .documents
+                .into_iter()
+                .find(|d| d.kind.as_deref() == Some("Policy"))
+                .and_then(|d| d.name),
+        },
+        (1, Ok(report)) if !report.valid && !report.errors.is_empty() => Verdict::Invalid {
+            message: located_errors(&report.errors),
+        },
+        (0 | 1, Ok(_)) => Verdict::Error {
+            message: format!(
+                "haltsql validate exited with code {code} but its report disagrees{}",
+                stderr_suffix(stderr)
+            ),
+        },
+        (0 | 1, Err(e)) => Verdict::Error {
+            message: format!(
+                "haltsql validate exited with code {code} and unparseable output: {e}{}",
+                stderr_suffix(stderr)
+            ),
+        },
+        (2, Ok(report)) if !report.errors.is_empty() => Verdict::Error {
+            message: format!(
+                "haltsql validate could not check the document (exit code 2):\n{}",
+                located_errors(&report.errors)
+            ),
+        },
+        (code, _) => Verdict::Error {
+            message: format!(
+                "haltsql validate exited with code {code}{}",
+                stderr_suffix(stderr)
+            ),
+        },
+    }
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    let stderr = stderr.trim();
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", truncate(stderr, 1024))
+    }
+}
+
+/// `FILE:LINE:COLUMN: KEY.PATH: message` lines, as the CLI prints them in
+/// text form, at most [`MAX_LISTED_ERRORS`] of them and [`MAX_MESSAGE_BYTES`].
+fn located_errors(errors: &[LocatedError]) -> String {
+    let mut message = String::new();
+    let mut listed = 0;
+    for e in errors.iter().take(MAX_LISTED_ERRORS) {
+        let line = if e.path.is_empty() {
+            format!("{}:{}:{}: {}", e.file, e.line, e.column, e.message)
+        } else {
+            format!(
+                "{}:{}:{}: {}: {}",
+                e.file, e.line, e.column, e.path, e.message
+            )
+        };
+        let line = one_line(&line);
+        // Keep room for the "more errors" note.
+        if !message.is_empty() && message.len() + 1 + line.len() > MAX_MESSAGE_BYTES - 64 {
+            break;
+        }
+        if !message.is_empty() {
+            message.push('\n');
+        }
+        message.push_str(&truncate(&line, MAX_MESSAGE_BYTES - 64));
+        listed += 1;
+    }
+    let rest = errors.len() - listed;
+    if rest > 0 {
+        message.push_str(&format!("\n(and {rest} more)"));
+    }
+    message
+}
+
+/// Control characters (a newline inside a message, for example) would break
+/// the one-error-per-line form.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary, marked with `...`.
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max.saturating_sub(3);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+/// `haltsql validate --format json` output (see the haltsql contract).
+#[derive(Deserialize)]
+struct Report {
+    valid: bool,
+    #[serde(default)]
+    documents: Vec<ReportDocument>,
+    #[serde(default)]
+    errors: Vec<LocatedError>,
+}
+
+#[derive(Deserialize)]
+struct ReportDocument {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct LocatedError {
+    #[serde(default)]
+    file: String,
+    #[serde(default)]
+    line: u64,
+    #[serde(default)]
+    column: u64,
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    message: String,
+}
+
+/// Output of one stream, cut at a limit.
+struct Bounded {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl Bounded {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+/// Reads at most `limit` bytes and discards the rest, so that a chatty child
+/// never blocks on a full pipe and never fills our memory.
+async fn read_bounded<R: AsyncRead + Unpin>(
+    reader: Option<R>,
+    limit: usize,
+) -> std::io::Result<Bounded> {
+    let Some(reader) = reader else {
+        return Ok(Bounded {
+            bytes: Vec::new(),
+            truncated: false,
+        });
+    };
+    let mut bytes = Vec::new();
+    let mut limited = reader.take(limit as u64);
+    limited.read_to_end(&mut bytes).await?;
+    let mut reader = limited.into_inner();
+    let extra = tokio::io::copy(&mut reader, &mut tokio::io::sink()).await?;
+    Ok(Bounded {
+        bytes,
+        truncated: extra > 0,
+    })
+}
+
+/// A document may only name a file inside its private directory.
+fn is_plain_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.starts_with('-')
+        && !name.contains(['/', '\\', '\0'])
+}
+
+/// The cache key: SHA-256 over the file name and the contents.
+fn document_key(doc: &ValidationDocument) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(doc.file_name.as_bytes());
+    hasher.update([0u8]);
+    hasher.update(doc.contents.as_bytes());
+    hex::encode(hasher.finalize())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the cache inconsistent
+    // (every update is a single insert or remove), so keep using it.
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Verdicts by document key, evicting the oldest entry when full.
+struct VerdictCache {
+    capacity: usize,
+    entries: HashMap<String, Verdict>,
+    order: VecDeque<String>,
+}
+
+impl VerdictCache {
+    fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<Verdict> {
+        self.entries.get(key).cloned()
+    }
+
+    fn insert(&mut self, key: String, verdict: Verdict) {
+        if self.entries.insert(key.clone(), verdict).is_some() {
+            return;
+        }
+        self.order.push_back(key);
+        while self.entries.len() > self.capacity {
+            match self.order.pop_front() {
+                Some(oldest) => {
+                    self.entries.remove(&oldest);
+                }
+                None => break,
+            }
+        }
+    }
+}
+
+/// A directory only this process's user can enter, removed on drop.
+struct PrivateDir {
+    path: PathBuf,
+}
+
+impl PrivateDir {
+    fn create(root: &Path) -> std::io::Result<Self> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let mut last_error = None;
+        for _ in 0..16 {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let path = root.join(format!(
+                "haltsql-validate-{}-{}-{nanos:08x}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            ));
+            // mkdir never follows a symlink in the last component and fails
+            // if the name exists, so nobody can pre-plant this directory.
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => {
+                    let dir = Self { path };
+                    // The umask can only remove bits; make the mode exact anyway.
+                    std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o700))?;
+                    return Ok(dir);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_error = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| std::io::Error::other("no free directory name")))
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write_file(&self, name: &str, contents: &[u8]) -> std::io::Result<()> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(self.path.join(name))?;
+        file.write_all(contents)?;
+        file.sync_all()
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            warn!(path = %self.path.display(), error = %e, "cannot remove the validator's private directory");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn located_errors_are_one_per_line_and_bounded() {
+        let errors: Vec<LocatedError> = (0..100)
+            .map(|i| LocatedError {
+                file: "policy.yaml".into(),
+                line: i,
+                column: 5,
+                path: if i == 0 {
+                    String::new()
+                } else {
+                    format!("tables.t{i}")
+                },
+                message: "unknown\nkey".into(),
+            })
+            .collect();
+        let message = located_errors(&errors);
+        assert!(message.len() <= MAX_MESSAGE_BYTES, "{}", message.len());
+        let lines: Vec<&str> = message.lines().collect();
+        assert_eq!(lines[0], "policy.yaml:0:5: unknown key");
+        assert_eq!(lines[1], "policy.yaml:1:5: tables.t1: unknown key");
+        assert_eq!(lines.len(), MAX_LISTED_ERRORS + 1);
+        assert_eq!(lines[MAX_LISTED_ERRORS], "(and 80 more)");
+    }
+
+    #[test]
+    fn huge_single_error_is_cut_at_a_char_boundary() {
+        let errors = vec![LocatedError {
+            file: "policy.yaml".into(),
+            line: 1,
+            column: 1,
+            path: "x".into(),
+            message: "é".repeat(10_000),
+        }];
+        let message = located_errors(&errors);
+        assert!(message.len() <= MAX_MESSAGE_BYTES);
+        assert!(message.ends_with("..."));
+    }
+
+    #[test]
+    fn cache_evicts_the_oldest() {
+        let mut cache = VerdictCache::new(2);
+        let v = |n: &str| Verdict::Valid {
+            policy_name: Some(n.into()),
+        };
+        cache.insert("a".into(), v("a"));
+        cache.insert("b".into(), v("b"));
+        cache.insert("a".into(), v("a"));
+        cache.insert("c".into(), v("c"));
+        assert_eq!(cache.get("a"), None);
+        assert_eq!(cache.get("b"), Some(v("b")));
+        assert_eq!(cache.get("c"), Some(v("c")));
+    }
+
+    #[test]
+    fn file_names_stay_inside_the_directory() {
+        assert!(is_plain_file_name("policy.yaml"));
+        for bad in ["", ".", "..", "../x", "a/b", "-rf", "/etc/passwd"] {
+            assert!(!is_plain_file_name(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The validator against the real `haltsql` binary of this workspace, and
+//! against small fake validators (shell scripts) for the failure modes the
+//! real one should never show: hanging, crashing, garbage output.
+//!
+//! Every test gives the validator a temp root of its own and checks that it
+//! is empty afterwards: no run leaves its private directory behind.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use haltsql_operator::api::{
+    BundleAuth, BundleAuthType, BundleSource, HaltSQLPolicySpec, OciSource, S3Credentials,
+    S3CredentialsSource, S3Source,
+};
+use haltsql_operator::metrics::Metrics;
+use haltsql_operator::policy::{Validator, Verdict};
+use haltsql_operator::render::{ValidationDocument, validation_document};
+
+const VALID_POLICY: &str = "\
+apiVersion: haltsql.dev/v1
+kind: Policy
+metadata:
+  name: orders-agent
+dialect: postgres
+search_path: [app]
+statements:
+  allow: [select]
+require_limit:
+  max: 100
+tables:
+  app.orders:
+    columns: [id, status, total_cents]
+";
+
+/// RFC 8032 test key 1, as PEM.
+const PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\n-----END PUBLIC KEY-----\n";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    scripts: PathBuf,
+    metrics: Metrics,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path().join("tmp");
+        let scripts = dir.path().join("bin");
+        std::fs::create_dir(&root).expect("temp root");
+        std::fs::create_dir(&scripts).expect("script dir");
+        Self {
+            _dir: dir,
+            root,
+            scripts,
+            metrics: Metrics::new().expect("metrics"),
+        }
+    }
+
+    fn validator(&self, binary: PathBuf, timeout: Duration) -> Validator {
+        Validator::new(binary, timeout, self.metrics.clone()).with_temp_root(self.root.clone())
+    }
+
+    fn real(&self) -> Validator {
+        self.validator(support::haltsql_bin(), Duration::from_secs(30))
+    }
+
+    /// A fake validator: a `/bin/sh` script with `body`.
+    fn script(&self, name: &str, body: &str) -> PathBuf {
+        let path = self.scripts.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path
+    }
+
+    fn assert_clean(&self) {
+        let left: Vec<_> = std::fs::read_dir(&self.root)
+            .expect("read temp root")
+            .map(|e| e.map(|e| e.path()))
+            .collect();
+        assert!(left.is_empty(), "private directories left behind: {left:?}");
+    }
+
+    fn runs(&self, outcome: &str) -> u64 {
+        self.metrics
+            .validator_runs
+            .with_label_values(&[outcome])
+            .get()
+    }
+
+    fn hits(&self, outcome: &str) -> u64 {
+        self.metrics
+            .validator_cache_hits
+            .with_label_values(&[outcome])
+            .get()
+    }
+}
+
+fn inline(text: &str) -> ValidationDocument {
+    ValidationDocument {
+        file_name: "policy.yaml".into(),
+        contents: text.into(),
+    }
+}
+
+fn error_message(verdict: Verdict) -> String {
+    match verdict {
+        Verdict::Error { message } => message,
+        other => panic!("expected an error verdict, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn valid_policy_reports_its_name_and_is_cached() {
+    let f = Fixture::new();
+    let v = f.real();
+    let expected = Verdict::Valid {
+        policy_name: Some("orders-agent".into()),
+    };
+    assert_eq!(v.validate(&inline(VALID_POLICY)).await, expected);
+    f.assert_clean();
+    assert_eq!(v.validate(&inline(VALID_POLICY)).await, expected);
+    assert_eq!(
+        f.runs("valid"),
+        1,
+        "the second verdict comes from the cache"
+    );
+    assert_eq!(f.hits("valid"), 1);
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn invalid_policy_has_located_errors_without_temp_paths() {
+    let f = Fixture::new();
+    let v = f.real();
+    let text = VALID_POLICY.replace("columns:", "colums:");
+    let Verdict::Invalid { message } = v.validate(&inline(&text)).await else {
+        panic!("expected invalid");
+    };
+    assert_eq!(
+        message,
+        "policy.yaml:13:5: tables.app.orders.colums: unknown key, expected one of: columns"
+    );
+    assert!(!message.contains(f.root.to_str().unwrap_or("/")));
+    f.assert_clean();
+    // Invalid verdicts are cached too.
+    assert!(matches!(
+        v.validate(&inline(&text)).await,
+        Verdict::Invalid { .. }
+    ));
+    assert_eq!((f.runs("invalid"), f.hits("invalid")), (1, 1));
+}
+
+#[tokio::test]
+async fn unparseable_yaml_is_invalid_with_a_location() {
+    let f = Fixture::new();
+    let Verdict::Invalid { message } = f.real().validate(&inline("tables: [\n")).await else {
+        panic!("expected invalid");
+    };
+    assert!(message.starts_with("policy.yaml:2:1: "), "{message}");
+    assert!(message.contains("YAML syntax error"), "{message}");
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn many_errors_are_trimmed() {
+    let f = Fixture::new();
+    let mut text = VALID_POLICY.to_owned();
+    for i in 0..200 {
+        text.push_str(&format!("unknown_key_{i}: x\n"));
+    }
+    let Verdict::Invalid { message } = f.real().validate(&inline(&text)).await else {
+        panic!("expected invalid");
+    };
+    assert!(message.len() <= 4096, "{}", message.len());
+    assert!(message.ends_with("more)"), "{message}");
+    f.assert_clean();
+}
+
+fn bundle_spec() -> HaltSQLPolicySpec {
+    HaltSQLPolicySpec {
+        policy: None,
+        bundle_source: Some(BundleSource {
+            oci: Some(OciSource {
+                r#ref: "ghcr.io/corp/haltsql-policies:prod".into(),
+                plain_http: None,
+                auth: Some(BundleAuth {
+                    r#type: BundleAuthType::Basic,
+                    secret_name: "registry-credentials".into(),
+                    ..Default::default()
+                }),
+            }),
+            public_keys: vec![PUBLIC_KEY.into()],
+            name_prefix: Some("prod.".into()),
+            ..Default::default()
+        }),
+    }
+}
+
+#[tokio::test]
+async fn bundle_source_config_is_valid_without_secrets() {
+    let f = Fixture::new();
+    let v = f.real();
+    for spec in [
+        bundle_spec(),
+        HaltSQLPolicySpec {
+            policy: None,
+            bundle_source: Some(BundleSource {
+                s3: Some(S3Source {
+                    bucket: "policies".into(),
+                    key: "prod/bundle.tar".into(),
+                    region: Some("eu-west-1".into()),
+                    endpoint: None,
+                    credentials: Some(S3Credentials {
+                        source: S3CredentialsSource::Static,
+                        secret_name: Some("aws".into()),
+                        session_token_key: Some("session".into()),
+                        ..Default::default()
+                    }),
+                }),
+                public_keys: vec![PUBLIC_KEY.into()],
+                ..Default::default()
+            }),
+        },
+    ] {
+        let doc = validation_document("prod", &spec).expect("validation document");
+        assert_eq!(
+            v.validate(&doc).await,
+            Verdict::Valid { policy_name: None },
+            "{}",
+            doc.contents
+        );
+    }
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn child_sees_no_environment_and_a_private_directory() {
+    let f = Fixture::new();
+    let capture = f.scripts.join("capture");
+    std::fs::create_dir(&capture).expect("capture dir");
+    // /proc/$$/environ is the environment the shell was started with,
+    // before it sets any variable of its own.
+    let script = f.script(
+        "capture-validator",
+        &format!(
+            "/bin/cat /proc/$$/environ > {c}/environ\n\
+             /usr/bin/stat -c %a . > {c}/dir-mode\n\
+             /usr/bin/stat -c %a \"$5\" > {c}/file-mode\n\
+             /bin/pwd > {c}/cwd\n\
+             /bin/echo \"$@\" > {c}/args\n\
+             /bin/cat \"$5\" > {c}/document\n\
+             exec {haltsql} \"$@\"",
+            c = capture.display(),
+            haltsql = support::haltsql_bin().display()
+        ),
+    );
+    // The test process has PATH, HOME, CARGO_* and more: none may reach the child.
+    assert!(std::env::vars_os().next().is_some());
+    let doc = validation_document("prod", &bundle_spec()).expect("document");
+    let verdict = f
+        .validator(script, Duration::from_secs(30))
+        .validate(&doc)
+        .await;
+    assert_eq!(verdict, Verdict::Valid { policy_name: None });
+    let read = |name: &str| std::fs::read_to_string(capture.join(name)).expect("captured");
+    assert_eq!(read("environ"), "", "the child's environment must be empty");
+    assert_eq!(read("dir-mode").trim(), "700");
+    assert_eq!(read("file-mode").trim(), "600");
+    assert!(
+        Path::new(read("cwd").trim()).starts_with(&f.root),
+        "{}",
+        read("cwd")
+    );
+    assert_eq!(read("args").trim(), "validate --format json -- config.yaml");
+    let document = read("document");
+    assert!(document.contains("kind: Config"), "{document}");
+    assert!(!document.contains("${file:"), "{document}");
+    assert!(!document.contains("registry-credentials"), "{document}");
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn missing_binary_is_an_error_and_not_cached() {
+    let f = Fixture::new();
+    let v = f.validator(f.scripts.join("does-not-exist"), Duration::from_secs(5));
+    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    assert!(message.starts_with("cannot run "), "{message}");
+    error_message(v.validate(&inline(VALID_POLICY)).await);
+    assert_eq!((f.runs("error"), f.hits("error")), (2, 0));
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn hanging_validator_times_out_and_cleans_up() {
+    let f = Fixture::new();
+    let v = f.validator(
+        f.script("hang", "exec /bin/sleep 60"),
+        Duration::from_millis(500),
+    );
+    let started = Instant::now();
+    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(message, "haltsql validate did not finish within 0.5s");
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn exit_2_signal_and_garbage_are_errors() {
+    let f = Fixture::new();
+    let cases = [
+        (
+            "exit2",
+            r#"echo '{"valid":false,"documents":[],"errors":[{"file":"policy.yaml","line":0,"column":0,"path":"","message":"permission denied"}]}'; exit 2"#,
+            "could not check the document (exit code 2):\npolicy.yaml:0:0: permission denied",
+        ),
+        ("exit3", "echo oops >&2; exit 3", "exited with code 3: oops"),
+        ("signal", "kill -9 $$", "killed by signal 9"),
+        ("garbage", "echo 'not json'; exit 0", "unparseable output"),
+        (
+            "disagree",
+            r#"echo '{"valid":false,"documents":[],"errors":[]}'; exit 0"#,
+            "report disagrees",
+        ),
+        (
+            "invalid-without-errors",
+            r#"echo '{"valid":false,"documents":[],"errors":[]}'; exit 1"#,
+            "report disagrees",
+        ),
+        (
+            "flood",
+            "exec /usr/bin/head -c 3000000 /dev/zero",
+            "printed more than",
+        ),
+    ];
+    for (name, body, expected) in cases {
+        let v = f.validator(f.script(name, body), Duration::from_secs(10));
+        let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+        assert!(message.contains(expected), "{name}: {message}");
+        f.assert_clean();
+    }
+    assert_eq!(f.runs("error"), cases.len() as u64);
+}
+
+#[tokio::test]
+async fn chatty_stderr_does_not_block_the_child() {
+    let f = Fixture::new();
+    let script = f.script(
+        "chatty",
+        &format!(
+            "/usr/bin/head -c 2000000 /dev/zero | /usr/bin/tr '\\0' x >&2\nexec {} \"$@\"",
+            support::haltsql_bin().display()
+        ),
+    );
+    let verdict = f
+        .validator(script, Duration::from_secs(20))
+        .validate(&inline(VALID_POLICY))
+        .await;
+    assert_eq!(
+        verdict,
+        Verdict::Valid {
+            policy_name: Some("orders-agent".into())
+        }
+    );
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn recovers_when_the_validator_comes_back() {
+    let f = Fixture::new();
+    let path = f.scripts.join("haltsql");
+    let v = f.validator(path.clone(), Duration::from_secs(30));
+    error_message(v.validate(&inline(VALID_POLICY)).await);
+    std::os::unix::fs::symlink(support::haltsql_bin(), &path).expect("symlink");
+    assert_eq!(
+        v.validate(&inline(VALID_POLICY)).await,
+        Verdict::Valid {
+            policy_name: Some("orders-agent".into())
+        }
+    );
+    f.assert_clean();
+}
