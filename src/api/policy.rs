@@ -450,3 +450,80 @@ impl S3Credentials {
             .unwrap_or(DEFAULT_SECRET_ACCESS_KEY_KEY)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUNDLE: &str = r#"
+bundleSource:
+  oci:
+    ref: ghcr.io/corp/haltsql-policies:prod
+    plainHTTP: false
+    auth: { type: basic, secretName: registry-credentials }
+  publicKeys: ["k"]
+  namePrefix: prod.
+"#;
+
+    fn spec(yaml: &str) -> HaltSQLPolicySpec {
+        match serde_yaml::from_str(yaml) {
+            Ok(spec) => spec,
+            Err(err) => panic!("{err}"),
+        }
+    }
+
+    #[test]
+    fn bundle_source_reads_with_defaults() {
+        let spec = spec(BUNDLE);
+        let Ok(PolicySource::Bundle(bundle)) = spec.source() else {
+            panic!("not a bundle: {spec:?}")
+        };
+        assert_eq!(bundle.poll_interval_seconds(), 60);
+        let Ok(BundleLocation::Oci(oci)) = bundle.location() else {
+            panic!("not oci")
+        };
+        assert_eq!(oci.plain_http, Some(false));
+        let auth = oci.auth.as_ref();
+        assert_eq!(auth.map(|a| a.r#type), Some(BundleAuthType::Basic));
+        assert_eq!(auth.map(|a| a.username_key()), Some("username"));
+        assert_eq!(auth.map(|a| a.password_key()), Some("password"));
+        assert_eq!(auth.map(|a| a.token_key()), Some("token"));
+        let back = serde_json::to_value(&spec).unwrap_or_default();
+        assert_eq!(back["bundleSource"]["oci"]["plainHTTP"], false);
+        assert!(back["bundleSource"].get("pollIntervalSeconds").is_none());
+    }
+
+    #[test]
+    fn inline_policy_and_bad_combinations() {
+        assert_eq!(
+            spec("policy: 'kind: Policy'").source(),
+            Ok(PolicySource::Inline("kind: Policy"))
+        );
+        assert_eq!(spec("{}").source(), Err(SpecError::PolicySource));
+        let both = HaltSQLPolicySpec {
+            policy: Some("x".into()),
+            bundle_source: Some(BundleSource::default()),
+        };
+        assert_eq!(both.source(), Err(SpecError::PolicySource));
+        assert_eq!(
+            BundleSource::default().location(),
+            Err(SpecError::BundleLocation)
+        );
+    }
+
+    #[test]
+    fn s3_credentials_defaults() {
+        let creds = S3Credentials {
+            source: S3CredentialsSource::Static,
+            secret_name: Some("aws".into()),
+            ..Default::default()
+        };
+        assert_eq!(creds.access_key_id_key(), "access_key_id");
+        assert_eq!(creds.secret_access_key_key(), "secret_access_key");
+        assert_eq!(creds.session_token_key, None);
+        assert_eq!(
+            serde_json::to_value(S3CredentialsSource::WebIdentity).ok(),
+            Some(serde_json::json!("web_identity"))
+        );
+    }
+}

@@ -744,3 +744,160 @@ pub fn default_audit_sink() -> RawObject {
     sink.insert("type".to_owned(), serde_json::Value::from("stdout"));
     sink
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const QUICK_START: &str = r#"
+replicas: 2
+image: ghcr.io/haltsql/haltsql:0.0.1
+policies:
+  - name: orders
+auth:
+  tokens:
+    - name: orders-agent
+      policy: orders-agent
+      sha256SecretRef: { name: haltsql-tokens, key: orders-agent.sha256 }
+podDisruptionBudget:
+  enabled: true
+networkPolicy:
+  enabled: true
+  ingressFrom:
+    - podSelector: { matchLabels: { app: orders-agent } }
+audit:
+  logRawSQL: true
+"#;
+
+    fn quick_start() -> HaltSQLServerSpec {
+        match serde_yaml::from_str(QUICK_START) {
+            Ok(spec) => spec,
+            Err(err) => panic!("quick start: {err}"),
+        }
+    }
+
+    #[test]
+    fn quick_start_reads_into_the_types() {
+        let spec = quick_start();
+        assert_eq!(spec.replicas_or_default(), 2);
+        assert_eq!(
+            spec.policies,
+            [PolicyReference {
+                name: "orders".into()
+            }]
+        );
+        assert_eq!(
+            spec.tokens()[0].sha256_secret_ref.key,
+            "orders-agent.sha256"
+        );
+        assert!(spec.network_policy_enabled());
+        assert_eq!(spec.network_policy_peers().len(), 1);
+        assert!(spec.audit_log_raw_sql());
+        assert_eq!(
+            spec.pdb_budget(),
+            Ok(Some(PdbBudget::MinAvailable(IntOrString::Int(1))))
+        );
+    }
+
+    #[test]
+    fn defaults_without_the_api_server() {
+        let spec = HaltSQLServerSpec {
+            image: "i".into(),
+            policies: vec![PolicyReference { name: "p".into() }],
+            ..Default::default()
+        };
+        assert_eq!(spec.replicas_or_default(), 2);
+        assert_eq!(spec.service_type(), ServiceType::ClusterIP);
+        assert_eq!(spec.service_port(), 8080);
+        assert!(!spec.automount_service_account_token());
+        assert!(!spec.allow_unauthenticated());
+        assert!(!spec.audit_log_raw_sql());
+        assert!(!spec.network_policy_enabled());
+        assert_eq!(spec.pdb_budget(), Ok(None));
+        assert_eq!(spec.audit_sinks_or_default(), vec![default_audit_sink()]);
+        let resources = spec.resources_or_default();
+        let get = |m: &Option<BTreeMap<String, Quantity>>, k: &str| {
+            m.as_ref().and_then(|m| m.get(k)).map(|q| q.0.clone())
+        };
+        assert_eq!(get(&resources.requests, "cpu").as_deref(), Some("100m"));
+        assert_eq!(get(&resources.requests, "memory").as_deref(), Some("64Mi"));
+        assert_eq!(get(&resources.limits, "memory").as_deref(), Some("256Mi"));
+        assert_eq!(get(&resources.limits, "cpu"), None);
+    }
+
+    #[test]
+    fn unset_fields_are_not_serialized() {
+        let spec = HaltSQLServerSpec {
+            image: "i".into(),
+            policies: vec![PolicyReference { name: "p".into() }],
+            ..Default::default()
+        };
+        let value = serde_json::to_value(&spec).ok();
+        assert_eq!(
+            value,
+            Some(serde_json::json!({"image": "i", "policies": [{"name": "p"}]}))
+        );
+        let status = serde_json::to_value(HaltSQLServerStatus::default()).ok();
+        assert_eq!(status, Some(serde_json::json!({})));
+    }
+
+    #[test]
+    fn pdb_budget_choices() {
+        let pdb = |min: Option<IntOrString>, max: Option<IntOrString>, enabled: bool| {
+            HaltSQLServerSpec {
+                pod_disruption_budget: Some(PodDisruptionBudgetSpec {
+                    enabled: Some(enabled),
+                    min_available: min,
+                    max_unavailable: max,
+                }),
+                ..Default::default()
+            }
+            .pdb_budget()
+        };
+        let pct = IntOrString::String("50%".into());
+        assert_eq!(pdb(None, Some(pct.clone()), false), Ok(None));
+        assert_eq!(
+            pdb(None, Some(pct.clone()), true),
+            Ok(Some(PdbBudget::MaxUnavailable(pct.clone())))
+        );
+        assert_eq!(
+            pdb(Some(IntOrString::Int(2)), None, true),
+            Ok(Some(PdbBudget::MinAvailable(IntOrString::Int(2))))
+        );
+        assert_eq!(
+            pdb(Some(IntOrString::Int(2)), Some(pct), true),
+            Err(SpecError::PdbBudget)
+        );
+    }
+
+    #[test]
+    fn wire_names_follow_the_guide() {
+        let spec = HaltSQLServerSpec {
+            audit: Some(AuditSpec {
+                log_raw_sql: Some(true),
+                sinks: None,
+            }),
+            service: Some(ServiceSpec {
+                type_: Some(ServiceType::NodePort),
+                port: Some(9000),
+                annotations: None,
+            }),
+            tls: Some(ServerTls {
+                secret_name: "tls".into(),
+                client_auth: Some(ClientAuth::Required),
+                min_version: Some(TlsVersion::Tls13),
+            }),
+            ..Default::default()
+        };
+        let value = serde_json::to_value(&spec).unwrap_or_default();
+        assert_eq!(value["audit"], serde_json::json!({"logRawSQL": true}));
+        assert_eq!(
+            value["service"],
+            serde_json::json!({"type": "NodePort", "port": 9000})
+        );
+        assert_eq!(
+            value["tls"],
+            serde_json::json!({"secretName": "tls", "clientAuth": "required", "minVersion": "1.3"})
+        );
+    }
+}
