@@ -339,7 +339,7 @@ mod tests {
         assert!(root.is_none());
         assert_eq!(
             errs[0].to_string(),
-            "1:11: JSON syntax error: expected a value"
+            "1:10: JSON syntax error: expected a value"
         );
         let (_, errs) = parse("{\"a\": 1, \"a\": 2}", Limits::default());
         assert_eq!(errs[0].to_string(), "1:10: duplicate key");
