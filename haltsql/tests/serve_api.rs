@@ -544,6 +544,12 @@ fn serve_unauthenticated_mode_and_raw_sql() {
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json(&body)["violations"][0]["code"], "multiple_statements");
+    // A deep input is a too_complex decision; the server keeps serving.
+    let deep = format!("SELECT {}1{} LIMIT 1", "(".repeat(900), ")".repeat(900));
+    let (status, body) = plain(pod.api, "POST", "/v1/verify", &[], &sql_body(&deep))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["violations"][0]["code"], "too_complex");
     // The API listener also answers the health routes.
     assert_eq!(
         plain(pod.api, "GET", "/healthz", &[], "").map(|r| r.0).ok(),
@@ -556,7 +562,7 @@ fn serve_unauthenticated_mode_and_raw_sql() {
         .lines()
         .map(str::to_string)
         .collect();
-    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
     assert_eq!(verify_chain(&lines), Ok(()));
     let e = json(&lines[0]);
     assert_eq!(e["token"], Value::Null);
