@@ -232,7 +232,7 @@ fn huge_file_is_refused_before_parsing() {
     assert_eq!(
         messages(&r),
         [
-            "5:262119: a single YAML node spans more than 262144 characters (a flow collection [...] or {...}, or a scalar); write collections in block style, or the whole document as JSON"
+            "5:262158: a single YAML node spans more than 262144 characters (a flow collection [...] or {...}, or a scalar); write collections in block style, or the whole document as JSON"
         ]
     );
     assert!(took < Duration::from_secs(10), "{took:?}");
