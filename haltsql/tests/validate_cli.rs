@@ -395,3 +395,36 @@ fn several_files_are_all_checked() {
          b.yaml:6:7: tables: required, found null\n"
     );
 }
+
+#[test]
+fn example_documents_in_testdata() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/load/example");
+    let o = haltsql()
+        .args(["validate", "--format", "json", "--root"])
+        .arg(data.join("root"))
+        .arg(data.join("config.yaml"))
+        .arg(data.join("policy-orders.yaml"))
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{v}");
+    let kinds: Vec<&str> = v["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["Config", "Policy", "Catalog", "Policy", "Catalog"]);
+    // Without the pod layout the Secret is missing.
+    let o = haltsql()
+        .arg("validate")
+        .arg(data.join("config.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stdout(&o).ends_with("config.yaml:13:17: server.auth.tokens[0].sha256: placeholder file /var/run/haltsql/secrets/haltsql-tokens/orders-agent.sha256: file not found\n"),
+        "{}",
+        stdout(&o)
+    );
+}
