@@ -1451,6 +1451,12 @@ const CASES: &[(&str, P, &str, Want)] = &[
         Deny(ParseError),
     ),
     (
+        "optimizer hint comment",
+        Read,
+        "SELECT /*+ Set(statement_timeout 0) */ id FROM orders LIMIT 1",
+        Deny(SyntaxNotAllowed),
+    ),
+    (
         "do block",
         Read,
         "DO $$ BEGIN PERFORM pg_sleep(10); END $$",

@@ -210,6 +210,17 @@ impl<'p> Walker<'p> {
         ));
     }
 
+    /// `/*+ ... */` comments: plan hints for extensions such as pg_hint_plan,
+    /// whose `Set(...)` hints change settings for the statement.
+    fn hints(&mut self, present: bool) {
+        if present {
+            self.push(Violation::new(
+                Code::SyntaxNotAllowed,
+                "optimizer hint comments (/*+ ... */) are not allowed",
+            ));
+        }
+    }
+
     /// Enter one level of recursion; false when the walk is too deep.
     fn enter(&mut self) -> bool {
         self.depth += 1;
@@ -375,6 +386,7 @@ impl<'p> Walker<'p> {
     }
 
     fn insert(&mut self, i: &Insert) {
+        self.hints(!i.optimizer_hints.is_empty());
         if i.or.is_some()
             || i.ignore
             || i.overwrite
@@ -393,7 +405,6 @@ impl<'p> Walker<'p> {
             || i.multi_table_else_clause.is_some()
             || !i.assignments.is_empty()
             || i.by_name
-            || !i.optimizer_hints.is_empty()
         {
             self.unsupported("this INSERT form");
         }
@@ -467,13 +478,13 @@ impl<'p> Walker<'p> {
     }
 
     fn update(&mut self, u: &Update) {
+        self.hints(!u.optimizer_hints.is_empty());
         if u.on_cluster.is_some()
             || u.output.is_some()
             || u.or.is_some()
             || !u.order_by.is_empty()
             || u.limit.is_some()
             || u.settings.is_some()
-            || !u.optimizer_hints.is_empty()
             || !u.table.joins.is_empty()
         {
             self.unsupported("this UPDATE form");
@@ -521,13 +532,13 @@ impl<'p> Walker<'p> {
     }
 
     fn delete(&mut self, d: &Delete) {
+        self.hints(!d.optimizer_hints.is_empty());
         if !d.tables.is_empty()
             || d.on_cluster.is_some()
             || d.output.is_some()
             || !d.order_by.is_empty()
             || d.limit.is_some()
             || d.settings.is_some()
-            || !d.optimizer_hints.is_empty()
         {
             self.unsupported("this DELETE form");
         }
@@ -868,8 +879,8 @@ impl<'p> Walker<'p> {
     }
 
     fn select(&mut self, s: &Select, order_by: Option<&OrderBy>) -> Shape {
-        if !s.optimizer_hints.is_empty()
-            || s.select_modifiers.is_some()
+        self.hints(!s.optimizer_hints.is_empty());
+        if s.select_modifiers.is_some()
             || s.top.is_some()
             || s.exclude.is_some()
             || !s.lateral_views.is_empty()
