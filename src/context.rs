@@ -10,6 +10,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::core::PartialObjectMeta;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
@@ -75,6 +76,8 @@ pub struct Context {
     pub policy_backoff: Backoff,
     pub server_backoff: Backoff,
     pub settings: Settings,
+    /// Publishes Kubernetes Events about the servers.
+    pub recorder: Recorder,
 }
 
 /// The key backoff and logs use for an object.

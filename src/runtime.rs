@@ -21,6 +21,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -29,7 +30,7 @@ use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::backoff::Backoff;
-use crate::context::{Context, OwnedStores, Settings};
+use crate::context::{Context, FIELD_MANAGER, OwnedStores, Settings};
 use crate::metrics::Metrics;
 use crate::policy::{self, Validator};
 use crate::render::{MANAGED_BY, MANAGED_BY_LABEL};
@@ -286,6 +287,13 @@ async fn run_scope(
             std::time::Duration::from_secs(300),
         ),
         settings: settings.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.to_owned(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        ),
     });
 
     // A deleted policy changes what its servers render; a deleted server changes

@@ -16,6 +16,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use super::apply::{self, Plan};
+use super::events::transition_events;
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
 use crate::api::{AppliedPolicy, HaltSQLServer, HaltSQLServerStatus};
@@ -107,6 +108,14 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
     );
     if server.status.as_ref() != Some(&status) {
         patch_status(ctx, server, &namespace, &status).await?;
+    }
+    let rolled = matches!(outcome, Outcome::Rendered { rolled: true, .. });
+    for event in transition_events(server.status.as_ref(), &status, rolled) {
+        // An event that cannot be recorded is not worth failing the reconcile for.
+        match ctx.recorder.publish(&event, &server.object_ref(&())).await {
+            Ok(()) => ctx.metrics.write("Event", "create"),
+            Err(error) => debug!(%error, reason = %event.reason, "cannot record event"),
+        }
     }
     Ok(Action::requeue(ctx.settings.resync))
 }
@@ -262,7 +271,11 @@ async fn render_and_apply(
             content_hash: p.content_hash.clone(),
         })
         .collect();
-    Ok(Outcome::Rendered { checksum, policies })
+    Ok(Outcome::Rendered {
+        checksum,
+        policies,
+        rolled: deployment_plan == Plan::Apply,
+    })
 }
 
 /// The rollout deadline is the Deployment's own progress deadline, so the

@@ -66,10 +66,12 @@ pub enum Outcome {
     InvalidConfig { message: String },
     /// An owned name is taken by an object this server does not control.
     NameConflict { message: String },
-    /// Rendered and applied (or already up to date).
+    /// Rendered and applied (or already up to date); `rolled` when a new
+    /// Deployment spec was applied in this pass.
     Rendered {
         checksum: String,
         policies: Vec<AppliedPolicy>,
+        rolled: bool,
     },
 }
 
@@ -210,7 +212,9 @@ pub fn compute_status(
                 ),
             };
             // appliedPolicies follows only a complete rollout of exactly what was rendered now.
-            if let Outcome::Rendered { checksum, policies } = outcome
+            if let Outcome::Rendered {
+                checksum, policies, ..
+            } = outcome
                 && state == RolloutState::Complete
                 && template_checksum.as_deref() == Some(checksum.as_str())
             {
