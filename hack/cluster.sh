@@ -17,9 +17,12 @@ bin="$root/bin"
 cmd=${1:-}
 mode=${2:-full}
 
+# HALTSQL_CLUSTER_PORT_OFFSET moves every port, so a second checkout can run
+# its own clusters beside the first.
+offset=${HALTSQL_CLUSTER_PORT_OFFSET:-0}
 case "$mode" in
-  full)    etcd_port=12379; api_port=16443 ;;
-  envtest) etcd_port=22379; api_port=26443 ;;
+  full)    etcd_port=$((12379 + offset)); api_port=$((16443 + offset)) ;;
+  envtest) etcd_port=$((22379 + offset)); api_port=$((26443 + offset)) ;;
   *) echo "unknown cluster mode: $mode (full or envtest)" >&2; exit 2 ;;
 esac
 state="$root/.cluster/$mode"
