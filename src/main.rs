@@ -204,10 +204,10 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
 /// The operator's own namespace when it runs in a pod.
 fn pod_namespace() -> Option<String> {
-    if let Ok(ns) = std::env::var("POD_NAMESPACE") {
-        if !ns.is_empty() {
-            return Some(ns);
-        }
+    if let Ok(ns) = std::env::var("POD_NAMESPACE")
+        && !ns.is_empty()
+    {
+        return Some(ns);
     }
     std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
         .ok()
