@@ -103,6 +103,5 @@ pub(crate) fn network_policy(srv: &ServerRef<'_>) -> Option<NetworkPolicy> {
             }]),
             ..Default::default()
         }),
-        ..Default::default()
     })
 }
