@@ -13,6 +13,7 @@ mod reconcile;
 pub mod validator;
 
 pub use reconcile::{
-    Error, Judgement, error_policy, invalid_spec, judge, policies_referenced_by, reconcile,
+    Error, Judgement, error_policy, invalid_spec, judge, policies_affected_by,
+    policies_referenced_by, reconcile,
 };
 pub use validator::{Validator, Verdict};

@@ -420,6 +420,43 @@ pub fn policies_referenced_by(
     refs.into_iter()
 }
 
+/// [`policies_referenced_by`], plus the policies of the server's namespace
+/// whose `policyName` its `appliedPolicies` lists: when a server stops
+/// referencing a policy, the event that shows the new spec still shows the
+/// old rollout, so the dropped policy learns at once that it is no longer
+/// referenced. (A policy dropped before any rollout of it completed waits
+/// for the resync.) Meant as the mapper of the server watch, with the
+/// policies' shared store.
+pub fn policies_affected_by(
+    server: &HaltSQLServer,
+    policies: &Store<HaltSQLPolicy>,
+) -> impl Iterator<Item = ObjectRef<HaltSQLPolicy>> + use<> {
+    let mut refs: Vec<ObjectRef<HaltSQLPolicy>> = policies_referenced_by(server).collect();
+    let applied: Vec<&str> = server
+        .status
+        .as_ref()
+        .and_then(|s| s.applied_policies.as_ref())
+        .map(|a| a.iter().map(|a| a.name.as_str()).collect())
+        .unwrap_or_default();
+    if !applied.is_empty() {
+        let namespace = server.namespace();
+        for policy in policies.state() {
+            let loaded = policy
+                .status
+                .as_ref()
+                .and_then(|s| s.policy_name.as_deref())
+                .is_some_and(|name| applied.contains(&name));
+            if loaded && policy.namespace() == namespace {
+                let reference = ObjectRef::from_obj(policy.as_ref());
+                if !refs.contains(&reference) {
+                    refs.push(reference);
+                }
+            }
+        }
+    }
+    refs.into_iter()
+}
+
 /// The current time at whole seconds: conditions are stored that way, and
 /// a value that round-trips unchanged keeps comparisons exact.
 fn now() -> Time {
@@ -598,6 +635,41 @@ mod tests {
                 ObjectRef::<HaltSQLPolicy>::new("b").within("ns"),
             ]
         );
+    }
+
+    #[test]
+    fn affected_policies_include_those_the_server_still_runs() {
+        use kube::runtime::reflector::store;
+        use kube::runtime::watcher::Event;
+        let (reader, mut writer) = store::<HaltSQLPolicy>();
+        let policy = |object: &str, ns: &str, policy_name: &str| {
+            let mut p = HaltSQLPolicy::new(object, inline("x"));
+            p.metadata.namespace = Some(ns.into());
+            p.status = Some(HaltSQLPolicyStatus {
+                policy_name: Some(policy_name.into()),
+                ..Default::default()
+            });
+            p
+        };
+        for p in [
+            policy("dropped", "ns", "orders-agent"),
+            policy("kept", "ns", "kept-agent"),
+            policy("elsewhere", "other", "orders-agent"),
+            policy("unrelated", "ns", "unrelated"),
+        ] {
+            writer.apply_watcher_event(&Event::Apply(p));
+        }
+        // The spec no longer names "dropped"; the last rollout still ran it.
+        let s = server(
+            "s",
+            &["kept"],
+            &[("orders-agent", "h"), ("kept-agent", "h")],
+        );
+        let mut names: Vec<String> = policies_affected_by(&s, &reader)
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        names.sort();
+        assert_eq!(names, ["ns/dropped", "ns/kept"]);
     }
 
     #[test]
