@@ -9,7 +9,7 @@ use crate::api::{
     ConfigRenderedReason, HaltSQLServerStatus, ProgressingReason, ServerConditionType,
 };
 
-fn reason_of<'a>(conditions: &'a [Condition], type_: ServerConditionType) -> Option<&'a Condition> {
+fn reason_of(conditions: &[Condition], type_: ServerConditionType) -> Option<&Condition> {
     conditions.iter().find(|c| c.type_ == type_.as_str())
 }
 

@@ -61,7 +61,7 @@ pub fn gate_policies_with(
             continue;
         };
         match readiness(&policy) {
-            Readiness::Ready(p) => ready.push(p),
+            Readiness::Ready(p) => ready.push(*p),
             Readiness::Invalid(why) => invalid.push(format!("{} ({why})", reference.name)),
             Readiness::Pending => pending.push(reference.name.clone()),
         }
@@ -94,7 +94,7 @@ pub fn gate_policies_with(
 }
 
 enum Readiness {
-    Ready(ReadyPolicy),
+    Ready(Box<ReadyPolicy>),
     Invalid(String),
     Pending,
 }
@@ -120,12 +120,14 @@ fn readiness(policy: &HaltSQLPolicy) -> Readiness {
     }
     let current_hash = content_hash(&policy.spec);
     match (&status.policy_name, &status.content_hash) {
-        (Some(name), Some(hash)) if *hash == current_hash => Readiness::Ready(ReadyPolicy {
-            object_name: policy.name_any(),
-            policy_name: name.clone(),
-            content_hash: hash.clone(),
-            spec: policy.spec.clone(),
-        }),
+        (Some(name), Some(hash)) if *hash == current_hash => {
+            Readiness::Ready(Box::new(ReadyPolicy {
+                object_name: policy.name_any(),
+                policy_name: name.clone(),
+                content_hash: hash.clone(),
+                spec: policy.spec.clone(),
+            }))
+        }
         _ => Readiness::Pending,
     }
 }

@@ -327,11 +327,11 @@ async fn patch_status(
     status: &HaltSQLServerStatus,
 ) -> Result<(), Error> {
     let mut body = serde_json::to_value(status)?;
-    if let (Some(new), Some(old)) = (body.as_object_mut(), server.status.as_ref()) {
-        if let serde_json::Value::Object(old) = serde_json::to_value(old)? {
-            for key in old.keys() {
-                new.entry(key.clone()).or_insert(serde_json::Value::Null);
-            }
+    if let (Some(new), Some(old)) = (body.as_object_mut(), server.status.as_ref())
+        && let serde_json::Value::Object(old) = serde_json::to_value(old)?
+    {
+        for key in old.keys() {
+            new.entry(key.clone()).or_insert(serde_json::Value::Null);
         }
     }
     let patch = serde_json::json!({
