@@ -1,0 +1,1011 @@
+//! The end-to-end scenario of the operator guide ("Development and tests"),
+//! step by step, each step asserted. `HALTSQL_E2E_PROVIDER` picks the cluster:
+//! `local` (default: the local control plane, in `make test`) or `kind`
+//! (`make e2e`); see provider.rs.
+//!
+//! Settings (environment):
+//! - `HALTSQL_E2E_IDLE_SECONDS` (60): the idle window in which the operator
+//!   must write nothing.
+//! - `HALTSQL_E2E_RESYNC_SECONDS` (20, local provider): the operator's
+//!   `--resync-seconds`, so the idle window holds several full passes.
+//! - `HALTSQL_E2E_KEEP_CLUSTER=1` (kind): keep the cluster.
+//! - `HALTSQL_TEST_KEEP_NAMESPACES=1`: keep the test namespace.
+//!
+//! Logs (operator, each `haltsql serve` pod) go to `.cache/e2e/<namespace>/`,
+//! which is removed when the scenario passes.
+
+mod cluster;
+mod http;
+mod operator;
+mod provider;
+mod serve;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+
+use cluster::{Cluster, applied_hash, condition, describe, is_true_now, status_str};
+use operator::Operator;
+use provider::Provider;
+use serve::{Endpoint, Pods};
+
+const SERVER: &str = "haltsql";
+const POLICY: &str = "orders";
+const POLICY_NAME: &str = "orders-agent";
+const TOKEN_SECRET: &str = "haltsql-tokens";
+const REPLICAS: usize = 2;
+const WAIT: Duration = Duration::from_secs(180);
+
+/// Prints one progress line with the time since the scenario started.
+pub fn step(msg: &str) {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let t = START.get_or_init(Instant::now).elapsed().as_secs_f64();
+    eprintln!("e2e [{t:>6.1}s] {msg}");
+}
+
+fn env_secs(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn resync_seconds() -> u64 {
+    env_secs("HALTSQL_E2E_RESYNC_SECONDS", 20)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end() {
+    step("start");
+    let namespace = format!("haltsql-e2e-{}", std::process::id());
+    let dir = support::repo_root().join(".cache/e2e").join(&namespace);
+    std::fs::create_dir_all(&dir).expect("log directory");
+    eprintln!("e2e: logs in {}", dir.display());
+
+    let provider = Provider::setup(&dir).await;
+    let mut run = Run::new(provider, namespace, dir.clone()).await;
+    run.scenario().await;
+    drop(run);
+    let _ = std::fs::remove_dir_all(&dir);
+    step("passed");
+}
+
+/// The state of one run; dropping it stops the processes, deletes the
+/// namespace and (kind) the cluster.
+struct Run {
+    provider: Provider,
+    cluster: Cluster,
+    ns: String,
+    dir: PathBuf,
+    operator: Option<Operator>,
+    pods: Pods,
+    token: String,
+    ns_created: bool,
+}
+
+impl Run {
+    async fn new(provider: Provider, ns: String, dir: PathBuf) -> Self {
+        let cluster = provider.cluster.clone();
+        let pods = provider.pods();
+        Run {
+            provider,
+            cluster,
+            ns,
+            dir,
+            operator: None,
+            pods,
+            token: random_token(),
+            ns_created: false,
+        }
+    }
+
+    fn operator(&mut self) -> &mut Operator {
+        self.operator.as_mut().expect("the operator runs")
+    }
+
+    async fn scenario(&mut self) {
+        self.install().await;
+        self.create().await;
+        let checksum = self.converged(None).await;
+        let endpoints = self.endpoints(&checksum).await;
+        self.verify_initial(&endpoints).await;
+        self.misbehaviour_idle().await;
+        let checksum = self.update_policy(&checksum).await;
+        self.apply_invalid_policy(&checksum).await;
+        self.delete_server().await;
+        self.final_health().await;
+    }
+
+    // ---- 1. install ---------------------------------------------------------
+
+    async fn install(&mut self) {
+        step("1. install config/default (make install-manifests | kubectl apply --server-side)");
+        self.provider.install();
+
+        step("1. the operator's ServiceAccount cannot read Secrets (and can do its job)");
+        let sa = operator::service_account_user();
+        for (verb, resource, scope, want) in [
+            ("get", "secrets", Some("default"), "no"),
+            ("list", "secrets", None, "no"),
+            ("watch", "secrets", None, "no"),
+            ("get", "pods", Some("default"), "no"),
+            ("list", "haltsqlservers.haltsql.dev", None, "yes"),
+            (
+                "update",
+                "haltsqlservers.haltsql.dev --subresource=status",
+                Some("default"),
+                "yes",
+            ),
+            ("create", "deployments.apps", Some("default"), "yes"),
+            (
+                "update",
+                "leases.coordination.k8s.io",
+                Some(operator::NAMESPACE),
+                "yes",
+            ),
+        ] {
+            let mut args = vec!["auth", "can-i", verb];
+            args.extend(resource.split(' '));
+            args.extend(["--as", &sa]);
+            match scope {
+                Some(ns) => args.extend(["-n", ns]),
+                None => args.push("--all-namespaces"),
+            }
+            let (_, out, err) = self.cluster.kubectl_try(&args);
+            assert_eq!(
+                out.trim(),
+                want,
+                "kubectl auth can-i {verb} {resource} as {sa} ({scope:?}): {out}{err}"
+            );
+        }
+
+        self.cluster.kubectl_ok(&["create", "namespace", &self.ns]);
+        self.cluster
+            .kubectl_ok(&["label", "namespace", &self.ns, "haltsql.dev/test=true"]);
+        self.ns_created = true;
+
+        step("1. start the operator");
+        let mut op = self.provider.operator(&self.ns).await;
+        op.wait_leader(&self.cluster, Duration::from_secs(90)).await;
+        eprintln!("e2e: {}", op.log_hint());
+        self.operator = Some(op);
+    }
+
+    // ---- 2. create ----------------------------------------------------------
+
+    async fn create(&mut self) {
+        step("2. create the token Secret, the HaltSQLPolicy and a two-replica HaltSQLServer");
+        let hash = hash_token(&self.token);
+        assert_eq!(hash.len(), 64, "haltsql hash-token printed {hash:?}");
+        self.cluster.kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "create",
+            "secret",
+            "generic",
+            TOKEN_SECRET,
+            &format!("--from-literal={POLICY_NAME}.sha256={hash}"),
+        ]);
+        self.cluster
+            .apply(Some(&self.ns), &policy_manifest(COLUMNS_V1, false));
+        self.cluster.apply(
+            Some(&self.ns),
+            &server_manifest(&self.provider.haltsql_image),
+        );
+
+        step("2. kubectl wait: server Ready, policy Valid and Synced");
+        let wait = WAIT;
+        self.cluster
+            .wait_condition(&self.ns, &format!("haltsqlserver/{SERVER}"), "Ready", wait);
+        self.cluster
+            .wait_condition(&self.ns, &format!("haltsqlpolicy/{POLICY}"), "Valid", wait);
+        self.cluster
+            .wait_condition(&self.ns, &format!("haltsqlpolicy/{POLICY}"), "Synced", wait);
+
+        // Every owned object exists, controlled by the server.
+        let server = self.server().await;
+        let uid = server.metadata.uid.clone().unwrap_or_default();
+        let config_map = format!("{SERVER}-haltsql-config");
+        for (kind, owners) in [
+            ("ConfigMap", self.owners::<ConfigMap>(&config_map).await),
+            ("Deployment", self.owners::<Deployment>(SERVER).await),
+            ("Service", self.owners::<Service>(SERVER).await),
+            (
+                "PodDisruptionBudget",
+                self.owners::<PodDisruptionBudget>(SERVER).await,
+            ),
+            ("NetworkPolicy", self.owners::<NetworkPolicy>(SERVER).await),
+        ] {
+            let owners = owners.unwrap_or_else(|| panic!("the {kind} of the server is missing"));
+            assert!(
+                owners
+                    .iter()
+                    .any(|(o, controller)| o == &uid && *controller),
+                "the {kind} is not controlled by the server ({uid}): {owners:?}"
+            );
+        }
+    }
+
+    /// Waits until the server and the policy have converged on the current
+    /// content (different from `old_checksum`), returns the checksum.
+    async fn converged(&mut self, old_checksum: Option<&str>) -> String {
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        wait_for("server and policy converged", WAIT, || {
+            let (cluster, ns) = (cluster.clone(), ns.clone());
+            async move {
+                let server = cluster
+                    .servers(&ns)
+                    .get(SERVER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let policy = cluster
+                    .policies(&ns)
+                    .get(POLICY)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let deploy = Api::<Deployment>::namespaced(cluster.client.clone(), &ns)
+                    .get(SERVER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let checksum = status_str(&server, "configChecksum").unwrap_or_default();
+                let template = deploy
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.template.metadata.as_ref())
+                    .and_then(|m| m.annotations.as_ref())
+                    .and_then(|a| a.get(serve::CHECKSUM_ANNOTATION).cloned())
+                    .unwrap_or_default();
+                let content = status_str(&policy, "contentHash").unwrap_or_default();
+                let replicas = |f: &str| cluster::status_i64(&server, f).unwrap_or(-1);
+                let ok = is_true_now(&server, "Ready")
+                    && is_true_now(&policy, "Valid")
+                    && is_true_now(&policy, "Synced")
+                    && !checksum.is_empty()
+                    && checksum == template
+                    && Some(checksum.as_str()) != old_checksum
+                    && !content.is_empty()
+                    && applied_hash(&server, POLICY).or_else(|| applied_hash(&server, POLICY_NAME))
+                        == Some(content)
+                    && replicas("readyReplicas") == REPLICAS as i64
+                    && replicas("updatedReplicas") == REPLICAS as i64;
+                if ok {
+                    Ok(checksum)
+                } else {
+                    Err(format!(
+                        "deployment template checksum {template}\nserver {}\npolicy {}",
+                        describe(&server),
+                        describe(&policy)
+                    ))
+                }
+            }
+        })
+        .await
+    }
+
+    async fn endpoints(&mut self, checksum: &str) -> Vec<Endpoint> {
+        let eps = self
+            .pods
+            .sync(&self.cluster, &self.ns, SERVER, checksum, REPLICAS, WAIT)
+            .await;
+        assert_eq!(eps.len(), REPLICAS, "one endpoint per ready pod: {eps:?}");
+        eps
+    }
+
+    // ---- 3. /v1/verify ------------------------------------------------------
+
+    async fn verify_initial(&mut self, endpoints: &[Endpoint]) {
+        step(
+            "3. /v1/verify: allow, column deny, statement deny, 401 without and with a wrong token",
+        );
+        let token = self.token.clone();
+        for ep in endpoints {
+            expect_allowed(ep, &token, "SELECT id, status FROM orders LIMIT 10").await;
+            expect_denied(
+                ep,
+                &token,
+                "SELECT id, email FROM orders LIMIT 10",
+                "column_not_allowed",
+            )
+            .await;
+            expect_denied(
+                ep,
+                &token,
+                "DELETE FROM orders WHERE id = 1",
+                "statement_not_allowed",
+            )
+            .await;
+            // Allowed only after the policy update (step 5).
+            expect_denied(ep, &token, UPDATE_QUERY, "column_not_allowed").await;
+            expect_status(ep, None, 401).await;
+            expect_status(ep, Some(&format!("{token}x")), 401).await;
+            expect_status(ep, Some("not-the-token"), 401).await;
+        }
+    }
+
+    // ---- misbehaviour: manual edit, re-creation, idle writes ----------------
+
+    async fn misbehaviour_idle(&mut self) {
+        step(
+            "manual edit of the Deployment (progressDeadlineSeconds 600) must stay until the next change",
+        );
+        self.cluster.kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "patch",
+            "deployment",
+            SERVER,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"progressDeadlineSeconds":600}}"#,
+        ]);
+
+        step("a deleted owned object (the NetworkPolicy) is re-created");
+        let netpols = Api::<NetworkPolicy>::namespaced(self.cluster.client.clone(), &self.ns);
+        let old_uid = netpols.get(SERVER).await.expect("networkpolicy").uid();
+        self.cluster
+            .kubectl_ok(&["-n", &self.ns, "delete", "networkpolicy", SERVER]);
+        wait_for(
+            "the NetworkPolicy re-created",
+            Duration::from_secs(30),
+            || {
+                let netpols = netpols.clone();
+                let old_uid = old_uid.clone();
+                async move {
+                    match netpols.get_opt(SERVER).await {
+                        Ok(Some(np)) if np.uid() != old_uid => Ok(()),
+                        Ok(_) => Err("not yet re-created".to_owned()),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            },
+        )
+        .await;
+
+        // Let the controller-manager and the operator settle after the edits.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let idle = Duration::from_secs(env_secs("HALTSQL_E2E_IDLE_SECONDS", 60));
+        step(&format!(
+            "idle {idle:?}: no writes to the custom resources or owned objects"
+        ));
+        let before = self.versions().await;
+        let writes_before = self.operator().api_writes().await;
+        let reconciles_before = self.operator().reconciles().await;
+        let deadline = Instant::now() + idle;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(5).min(deadline - Instant::now())).await;
+            let op = self.operator.as_mut().expect("operator");
+            op.assert_healthy(&self.cluster);
+        }
+        let after = self.versions().await;
+        let writes_after = self.operator().api_writes().await;
+        let reconciles_after = self.operator().reconciles().await;
+        let changed: Vec<String> = before
+            .iter()
+            .filter(|(k, v)| after.get(*k) != Some(*v))
+            .map(|(k, v)| format!("{k}: {v} -> {:?}", after.get(k)))
+            .collect();
+        assert!(
+            changed.is_empty(),
+            "objects changed during the idle window (writes per idle minute must be zero): {changed:?}"
+        );
+        assert_eq!(
+            writes_after, writes_before,
+            "haltsql_operator_api_writes_total grew during the idle window"
+        );
+        if self.provider.kind == provider::Kind::Local && idle.as_secs() > resync_seconds() {
+            assert!(
+                reconciles_after > reconciles_before,
+                "no reconcile ran during the idle window (resync {}s): the idle check proves nothing",
+                resync_seconds()
+            );
+        }
+        step(&format!(
+            "idle: {} objects unchanged, {} writes, {} reconciles in the window",
+            before.len(),
+            writes_after - writes_before,
+            reconciles_after - reconciles_before
+        ));
+        assert_eq!(
+            self.progress_deadline().await,
+            600,
+            "the manual edit of the Deployment was reverted without a change"
+        );
+    }
+
+    /// resourceVersions of the custom resources and every owned object.
+    async fn versions(&self) -> BTreeMap<String, String> {
+        let c = self.cluster.client.clone();
+        let ns = &self.ns;
+        let mut out = BTreeMap::new();
+        let cm = format!("{SERVER}-haltsql-config");
+        out.insert(
+            "HaltSQLPolicy".into(),
+            rv_dyn(self.cluster.policies(ns).get(POLICY).await),
+        );
+        out.insert(
+            "HaltSQLServer".into(),
+            rv_dyn(self.cluster.servers(ns).get(SERVER).await),
+        );
+        out.insert(
+            "ConfigMap".into(),
+            rv(Api::<ConfigMap>::namespaced(c.clone(), ns), &cm).await,
+        );
+        out.insert(
+            "Deployment".into(),
+            rv(Api::<Deployment>::namespaced(c.clone(), ns), SERVER).await,
+        );
+        out.insert(
+            "Service".into(),
+            rv(Api::<Service>::namespaced(c.clone(), ns), SERVER).await,
+        );
+        out.insert(
+            "PodDisruptionBudget".into(),
+            rv(
+                Api::<PodDisruptionBudget>::namespaced(c.clone(), ns),
+                SERVER,
+            )
+            .await,
+        );
+        out.insert(
+            "NetworkPolicy".into(),
+            rv(Api::<NetworkPolicy>::namespaced(c, ns), SERVER).await,
+        );
+        out
+    }
+
+    async fn progress_deadline(&self) -> i32 {
+        Api::<Deployment>::namespaced(self.cluster.client.clone(), &self.ns)
+            .get(SERVER)
+            .await
+            .expect("deployment")
+            .spec
+            .and_then(|s| s.progress_deadline_seconds)
+            .unwrap_or(-1)
+    }
+
+    // ---- 5. policy update ---------------------------------------------------
+
+    async fn update_policy(&mut self, old_checksum: &str) -> String {
+        step(
+            "5. update the policy (add created_at); wait for a new checksum, a new ReplicaSet, Synced",
+        );
+        let old_rs = serve::current_replica_set(&self.cluster, &self.ns, SERVER)
+            .await
+            .expect("current replicaset")
+            .name_any();
+        self.cluster
+            .apply(Some(&self.ns), &policy_manifest(COLUMNS_V2, false));
+        let checksum = self.converged(Some(old_checksum)).await;
+        self.cluster
+            .wait_condition(&self.ns, &format!("haltsqlpolicy/{POLICY}"), "Synced", WAIT);
+        self.cluster
+            .wait_condition(&self.ns, &format!("haltsqlserver/{SERVER}"), "Ready", WAIT);
+        let new_rs = serve::current_replica_set(&self.cluster, &self.ns, SERVER)
+            .await
+            .expect("current replicaset")
+            .name_any();
+        assert_ne!(
+            new_rs, old_rs,
+            "the policy update did not roll a new ReplicaSet"
+        );
+        assert_ne!(checksum, old_checksum);
+        assert_eq!(
+            self.progress_deadline().await,
+            180,
+            "the change did not re-apply the Deployment over the manual edit"
+        );
+
+        step("5. the query the update allows is allowed by every new pod");
+        let endpoints = self.endpoints(&checksum).await;
+        let token = self.token.clone();
+        for ep in &endpoints {
+            expect_allowed(ep, &token, UPDATE_QUERY).await;
+            expect_allowed(ep, &token, "SELECT id, status FROM orders LIMIT 10").await;
+            expect_denied(
+                ep,
+                &token,
+                "SELECT id, email FROM orders LIMIT 10",
+                "column_not_allowed",
+            )
+            .await;
+        }
+        checksum
+    }
+
+    // ---- 6. invalid policy --------------------------------------------------
+
+    async fn apply_invalid_policy(&mut self, checksum: &str) {
+        step("6. apply an invalid policy: the last valid version keeps serving");
+        let before = self.frozen_state().await;
+        self.cluster
+            .apply(Some(&self.ns), &policy_manifest(COLUMNS_V2, true));
+
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        wait_for("the conditions to report the invalid policy", WAIT, || {
+            let (cluster, ns) = (cluster.clone(), ns.clone());
+            async move {
+                let policy = cluster
+                    .policies(&ns)
+                    .get(POLICY)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let server = cluster
+                    .servers(&ns)
+                    .get(SERVER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let valid = condition(&policy, "Valid");
+                let synced = condition(&policy, "Synced");
+                let ready = condition(&server, "PoliciesReady");
+                let server_ready = condition(&server, "Ready");
+                let current = valid.as_ref().and_then(|c| c.observed_generation)
+                    == policy.metadata.generation;
+                let ok = current
+                    && valid.as_ref().is_some_and(|c| {
+                        c.status == "False"
+                            && c.reason == "ValidationFailed"
+                            && c.message.contains("colums")
+                    })
+                    && synced
+                        .as_ref()
+                        .is_some_and(|c| c.status == "False" && c.reason == "NotValid")
+                    && ready.as_ref().is_some_and(|c| {
+                        c.status == "False"
+                            && c.reason == "PolicyNotValid"
+                            && c.message.contains(POLICY)
+                    })
+                    && server_ready
+                        .as_ref()
+                        .is_some_and(|c| c.status == "False" && c.reason == "PolicyNotValid");
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "policy {}\nserver {}",
+                        describe(&policy),
+                        describe(&server)
+                    ))
+                }
+            }
+        })
+        .await;
+
+        // Give a wrong operator time to do the wrong thing.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let after = self.frozen_state().await;
+        for (what, was) in &before {
+            assert_eq!(
+                after.get(what),
+                Some(was),
+                "{what} changed after an invalid policy was applied"
+            );
+        }
+        assert_eq!(
+            before
+                .get("server.status.configChecksum")
+                .map(String::as_str),
+            Some(checksum)
+        );
+
+        step("6. the pods still answer with the last valid policy");
+        let endpoints = self.endpoints(checksum).await;
+        let pods: Vec<String> = endpoints.iter().map(|e| e.pod.clone()).collect();
+        assert_eq!(
+            before.get("pods").cloned(),
+            Some(pods.join(",")),
+            "the pods changed"
+        );
+        let token = self.token.clone();
+        for ep in &endpoints {
+            expect_allowed(ep, &token, UPDATE_QUERY).await;
+        }
+    }
+
+    /// What must not change while a referenced policy is invalid.
+    async fn frozen_state(&self) -> BTreeMap<String, String> {
+        let c = self.cluster.client.clone();
+        let ns = &self.ns;
+        let mut out = BTreeMap::new();
+        let cm = Api::<ConfigMap>::namespaced(c.clone(), ns)
+            .get(&format!("{SERVER}-haltsql-config"))
+            .await
+            .expect("configmap");
+        out.insert(
+            "configmap.data".into(),
+            serde_json::to_string(&cm.data).expect("configmap data"),
+        );
+        out.insert(
+            "configmap.resourceVersion".into(),
+            cm.resource_version().unwrap_or_default(),
+        );
+        let deploy = Api::<Deployment>::namespaced(c.clone(), ns)
+            .get(SERVER)
+            .await
+            .expect("deployment");
+        out.insert(
+            "deployment.template".into(),
+            serde_json::to_string(&deploy.spec.as_ref().map(|s| &s.template)).expect("template"),
+        );
+        out.insert(
+            "deployment.generation".into(),
+            format!("{:?}", deploy.metadata.generation),
+        );
+        let mut sets: Vec<String> = Api::<ReplicaSet>::namespaced(c.clone(), ns)
+            .list(&ListParams::default())
+            .await
+            .expect("replicasets")
+            .items
+            .iter()
+            .map(|r| r.name_any())
+            .collect();
+        sets.sort();
+        out.insert("replicasets".into(), sets.join(","));
+        let mut pods: Vec<String> = serve::current_pods(&self.cluster, ns, SERVER)
+            .await
+            .expect("pods")
+            .iter()
+            .map(|p| p.name_any())
+            .collect();
+        pods.sort();
+        out.insert("pods".into(), pods.join(","));
+        let server = self.server().await;
+        out.insert(
+            "server.status.configChecksum".into(),
+            status_str(&server, "configChecksum").unwrap_or_default(),
+        );
+        out
+    }
+
+    // ---- 7. delete ----------------------------------------------------------
+
+    async fn delete_server(&mut self) {
+        step("7. delete the server; wait for garbage collection of everything it owned");
+        self.cluster.kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "delete",
+            &format!("haltsqlserver/{SERVER}"),
+            "--wait=true",
+            "--timeout=60s",
+        ]);
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        wait_for("garbage collection of the owned objects", WAIT, || {
+            let (cluster, ns) = (cluster.clone(), ns.clone());
+            async move {
+                let c = cluster.client.clone();
+                let cm = format!("{SERVER}-haltsql-config");
+                let mut left = Vec::new();
+                if exists::<Deployment>(&c, &ns, SERVER).await {
+                    left.push("Deployment".to_owned());
+                }
+                if exists::<ConfigMap>(&c, &ns, &cm).await {
+                    left.push("ConfigMap".to_owned());
+                }
+                if exists::<Service>(&c, &ns, SERVER).await {
+                    left.push("Service".to_owned());
+                }
+                if exists::<PodDisruptionBudget>(&c, &ns, SERVER).await {
+                    left.push("PodDisruptionBudget".to_owned());
+                }
+                if exists::<NetworkPolicy>(&c, &ns, SERVER).await {
+                    left.push("NetworkPolicy".to_owned());
+                }
+                let sets = Api::<ReplicaSet>::namespaced(c.clone(), &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                left.extend(
+                    sets.items
+                        .iter()
+                        .map(|r| format!("ReplicaSet {}", r.name_any())),
+                );
+                let pods = Api::<Pod>::namespaced(c, &ns)
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                left.extend(pods.items.iter().map(|p| format!("Pod {}", p.name_any())));
+                if left.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!("still there: {left:?}"))
+                }
+            }
+        })
+        .await;
+        self.pods.stop_all();
+
+        let policy = self
+            .cluster
+            .policies(&self.ns)
+            .get(POLICY)
+            .await
+            .expect("policy");
+        let synced = condition(&policy, "Synced");
+        step(&format!("7. the policy without servers: Synced {synced:?}"));
+    }
+
+    async fn final_health(&mut self) {
+        step("misbehaviour: the operator still runs, never restarted, never panicked");
+        let cluster = self.cluster.clone();
+        self.operator().assert_healthy(&cluster);
+        if let Some(Operator::Local(op)) = self.operator.as_mut() {
+            let status = op.stop();
+            assert!(
+                status.is_some_and(|s| s.success()),
+                "the operator did not stop cleanly on SIGTERM ({status:?}); log: {}",
+                op.log.display()
+            );
+            let log = op.log_text();
+            assert!(!log.contains("panicked"), "the operator panicked:\n{log}");
+        }
+    }
+
+    // ---- helpers ------------------------------------------------------------
+
+    async fn server(&self) -> kube::api::DynamicObject {
+        self.cluster
+            .servers(&self.ns)
+            .get(SERVER)
+            .await
+            .expect("the HaltSQLServer")
+    }
+
+    /// (uid, controller) of each owner of a namespaced object; None when missing.
+    async fn owners<K>(&self, name: &str) -> Option<Vec<(String, bool)>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let obj = Api::<K>::namespaced(self.cluster.client.clone(), &self.ns)
+            .get_opt(name)
+            .await
+            .expect("get owned object")?;
+        Some(
+            obj.owner_references()
+                .iter()
+                .map(|o| (o.uid.clone(), o.controller == Some(true)))
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Some(Operator::Local(op)) = &self.operator {
+                let log = op.log_text();
+                let tail: Vec<&str> = log.lines().rev().take(40).collect();
+                eprintln!(
+                    "---- operator log (last lines; all in {}) ----",
+                    op.log.display()
+                );
+                for line in tail.into_iter().rev() {
+                    eprintln!("{line}");
+                }
+            }
+            eprintln!("e2e: logs kept in {}", self.dir.display());
+        }
+        self.pods.stop_all();
+        self.operator = None;
+        if self.ns_created && std::env::var_os("HALTSQL_TEST_KEEP_NAMESPACES").is_none() {
+            let _ = self
+                .cluster
+                .kubectl()
+                .args([
+                    "delete",
+                    "namespace",
+                    &self.ns,
+                    "--wait=false",
+                    "--ignore-not-found",
+                ])
+                .output();
+        }
+        self.provider.teardown();
+    }
+}
+
+// ---- manifests ----------------------------------------------------------------
+
+const COLUMNS_V1: &str = "[id, status, total_cents]";
+const COLUMNS_V2: &str = "[id, status, total_cents, created_at]";
+const UPDATE_QUERY: &str = "SELECT id, created_at FROM orders LIMIT 10";
+
+/// The quick-start policy; `broken` misspells `columns` (an unknown key).
+fn policy_manifest(columns: &str, broken: bool) -> String {
+    let key = if broken { "colums" } else { "columns" };
+    format!(
+        r#"apiVersion: haltsql.dev/v1alpha1
+kind: HaltSQLPolicy
+metadata:
+  name: {POLICY}
+spec:
+  policy: |
+    apiVersion: haltsql.dev/v1
+    kind: Policy
+    metadata:
+      name: {POLICY_NAME}
+    dialect: postgres
+    search_path: [app]
+    statements:
+      allow: [select]
+    require_limit:
+      max: 100
+    tables:
+      app.orders:
+        {key}: {columns}
+"#
+    )
+}
+
+fn server_manifest(image: &str) -> String {
+    format!(
+        r#"apiVersion: haltsql.dev/v1alpha1
+kind: HaltSQLServer
+metadata:
+  name: {SERVER}
+spec:
+  replicas: {REPLICAS}
+  image: {image}
+  imagePullPolicy: IfNotPresent
+  policies:
+    - name: {POLICY}
+  auth:
+    tokens:
+      - name: {POLICY_NAME}
+        policy: {POLICY_NAME}
+        sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {POLICY_NAME}.sha256 }}
+  podDisruptionBudget:
+    enabled: true
+  networkPolicy:
+    enabled: true
+    ingressFrom:
+      - podSelector: {{ matchLabels: {{ app: {POLICY_NAME} }} }}
+"#
+    )
+}
+
+// ---- verify assertions ------------------------------------------------------------
+
+async fn verify(ep: &Endpoint, token: Option<&str>, sql: &str) -> http::Response {
+    http::verify(ep.addr, token, sql)
+        .await
+        .unwrap_or_else(|e| panic!("pod {}: {e}", ep.pod))
+}
+
+async fn expect_allowed(ep: &Endpoint, token: &str, sql: &str) {
+    let resp = verify(ep, Some(token), sql).await;
+    assert_eq!(resp.status, 200, "pod {}: {sql}: {}", ep.pod, resp.body);
+    let v = resp.json();
+    assert_eq!(
+        v["allowed"], true,
+        "pod {}: expected {sql:?} allowed: {v}",
+        ep.pod
+    );
+    assert_eq!(v["policy"], POLICY_NAME, "pod {}: {v}", ep.pod);
+}
+
+async fn expect_denied(ep: &Endpoint, token: &str, sql: &str, code: &str) {
+    let resp = verify(ep, Some(token), sql).await;
+    assert_eq!(resp.status, 200, "pod {}: {sql}: {}", ep.pod, resp.body);
+    let v = resp.json();
+    assert_eq!(
+        v["allowed"], false,
+        "pod {}: expected {sql:?} denied: {v}",
+        ep.pod
+    );
+    let codes: Vec<&str> = v["violations"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|x| x["code"].as_str()).collect())
+        .unwrap_or_default();
+    assert!(
+        codes.contains(&code),
+        "pod {}: {sql:?}: expected {code}, got {v}",
+        ep.pod
+    );
+}
+
+async fn expect_status(ep: &Endpoint, token: Option<&str>, status: u16) {
+    let resp = verify(ep, token, "SELECT id FROM orders LIMIT 1").await;
+    assert_eq!(
+        resp.status,
+        status,
+        "pod {}: token {:?}: {}",
+        ep.pod,
+        token.map(|_| "<set>"),
+        resp.body
+    );
+}
+
+// ---- small helpers ------------------------------------------------------------------
+
+fn random_token() -> String {
+    let mut buf = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .expect("random bytes");
+    hex::encode(buf)
+}
+
+/// The token's SHA-256 as printed by `haltsql hash-token`.
+fn hash_token(token: &str) -> String {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(support::haltsql_bin())
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("haltsql hash-token");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(token.as_bytes())
+        .expect("write token");
+    let out = child.wait_with_output().expect("haltsql hash-token");
+    assert!(out.status.success(), "haltsql hash-token failed");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn rv_dyn(obj: Result<kube::api::DynamicObject, kube::Error>) -> String {
+    obj.map(|o| o.resource_version().unwrap_or_default())
+        .unwrap_or_else(|e| format!("error: {e}"))
+}
+
+async fn rv<K>(api: Api<K>, name: &str) -> String
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    api.get(name)
+        .await
+        .map(|o| o.resource_version().unwrap_or_default())
+        .unwrap_or_else(|e| format!("error: {e}"))
+}
+
+async fn exists<K>(client: &kube::Client, ns: &str, name: &str) -> bool
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    !matches!(
+        Api::<K>::namespaced(client.clone(), ns).get_opt(name).await,
+        Ok(None)
+    )
+}
+
+/// Polls `check` until it returns Ok; panics with the last error after `timeout`.
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last state:\n{e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
