@@ -10,7 +10,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::Client;
 use kube::core::PartialObjectMeta;
-use kube::runtime::events::Recorder;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
@@ -78,6 +78,42 @@ pub struct Context {
     pub settings: Settings,
     /// Publishes Kubernetes Events about the servers.
     pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context over the given stores, with a fresh validator cache, backoff
+    /// state and event recorder.
+    pub fn new(
+        client: Client,
+        namespace: Option<String>,
+        policies: Store<HaltSQLPolicy>,
+        servers: Store<HaltSQLServer>,
+        owned: OwnedStores,
+        settings: Settings,
+        metrics: Metrics,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: FIELD_MANAGER.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            namespace,
+            policies,
+            servers,
+            owned,
+            validator: Validator::new(
+                settings.haltsql_binary.clone(),
+                settings.validator_timeout,
+                metrics.clone(),
+            ),
+            metrics,
+            policy_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            server_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            settings,
+        }
+    }
 }
 
 /// The key backoff and logs use for an object.

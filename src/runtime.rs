@@ -21,7 +21,6 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -29,10 +28,9 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::backoff::Backoff;
-use crate::context::{Context, FIELD_MANAGER, OwnedStores, Settings};
+use crate::context::{Context, OwnedStores, Settings};
 use crate::metrics::Metrics;
-use crate::policy::{self, Validator};
+use crate::policy;
 use crate::render::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::server;
 
@@ -260,41 +258,21 @@ async fn run_scope(
     // `haltsql_operator_objects` is computed from these stores at scrape time.
     metrics.observe_stores(policies.reader.clone(), servers.reader.clone());
 
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        namespace: namespace.clone(),
-        policies: policies.reader.clone(),
-        servers: servers.reader.clone(),
-        owned: OwnedStores {
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        namespace.clone(),
+        policies.reader.clone(),
+        servers.reader.clone(),
+        OwnedStores {
             deployments: deployments.reader.clone(),
             config_maps: config_maps.reader.clone(),
             services: services.reader.clone(),
             pod_disruption_budgets: pdbs.reader.clone(),
             network_policies: network_policies.reader.clone(),
         },
-        validator: Validator::new(
-            settings.haltsql_binary.clone(),
-            settings.validator_timeout,
-            metrics.clone(),
-        ),
-        metrics: metrics.clone(),
-        policy_backoff: Backoff::new(
-            std::time::Duration::from_secs(1),
-            std::time::Duration::from_secs(300),
-        ),
-        server_backoff: Backoff::new(
-            std::time::Duration::from_secs(1),
-            std::time::Duration::from_secs(300),
-        ),
-        settings: settings.clone(),
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.to_owned(),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        ),
-    });
+        settings.clone(),
+        metrics.clone(),
+    ));
 
     // A deleted policy changes what its servers render; a deleted server changes
     // its policies' Synced; a deleted owned object must be re-created at once.
@@ -366,8 +344,11 @@ async fn run_scope(
     let controller_config = ControllerConfig::default().concurrency(settings.concurrency);
     let policy_controller =
         Controller::for_shared_stream(policies_for_policy_controller, policies.reader.clone())
-            .watches_shared_stream(servers_for_policy_controller, |server| {
-                policy::policies_referenced_by(&server).collect::<Vec<_>>()
+            .watches_shared_stream(servers_for_policy_controller, {
+                // A policy a server just dropped is not in its spec any more,
+                // but still in its appliedPolicies: requeue both.
+                let policies = policies.reader.clone();
+                move |server| policy::policies_affected_by(&server, &policies).collect::<Vec<_>>()
             })
             .reconcile_on(deleted_for_policies)
             .with_config(controller_config.clone())
