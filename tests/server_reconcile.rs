@@ -11,15 +11,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::{Client, ResourceExt};
 use support::{Cluster, Operator, TestNamespace, condition, eventually};
 
 const WAIT: Duration = Duration::from_secs(30);
 
 struct Fixture {
-    client: Client,
-    ns: TestNamespace,
+    /// Deleted when the test ends.
+    _ns: TestNamespace,
     operator: Operator,
     policies: Api<HaltSQLPolicy>,
     servers: Api<HaltSQLServer>,
@@ -43,8 +43,7 @@ async fn fixture(prefix: &str) -> Fixture {
         services: Api::namespaced(client.clone(), &ns.name),
         pdbs: Api::namespaced(client.clone(), &ns.name),
         network_policies: Api::namespaced(client.clone(), &ns.name),
-        client,
-        ns,
+        _ns: ns,
         operator,
     }
 }
@@ -541,5 +540,4 @@ async fn disabling_the_pdb_deletes_it_and_a_stalled_rollout_is_reported() {
         .await;
     f.wait_server_condition("Ready", "False", "RolloutFailed")
         .await;
-    drop(f.client.clone());
 }
