@@ -13,4 +13,5 @@ pub mod render;
 pub mod render_cmd;
 pub mod runtime;
 pub mod server;
+pub mod status_patch;
 pub mod telemetry;

@@ -38,10 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
 use serde::Deserialize;
 use tracing::{Instrument, debug, info, info_span, warn};
 
@@ -54,6 +53,7 @@ use crate::api::{
 use crate::context::{Context, object_key};
 use crate::metrics::ControllerKind;
 use crate::render;
+use crate::status_patch::{StatusPatchError, patch_status};
 
 /// How soon a conflicting write is retried. The watch usually delivers the
 /// newer object (and a reconcile) before that.
@@ -69,6 +69,15 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("serializing status: {0}")]
     Serialize(#[from] serde_json::Error),
+}
+
+impl From<StatusPatchError> for Error {
+    fn from(error: StatusPatchError) -> Self {
+        match error {
+            StatusPatchError::Serialize(e) => Error::Serialize(e),
+            StatusPatchError::Kube(e) => Error::Kube(e),
+        }
+    }
 }
 
 impl Error {
@@ -212,7 +221,8 @@ enum Pass {
 }
 
 async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass, Error> {
-    let namespace = policy.namespace().ok_or(Error::NotNamespaced)?;
+    // Policies are namespaced; a cluster-scoped one would be a broken CRD.
+    policy.namespace().ok_or(Error::NotNamespaced)?;
     let name = policy.name_any();
     let generation = policy.metadata.generation;
     let hash = render::content_hash(&policy.spec);
@@ -239,7 +249,14 @@ async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass,
 
     if policy.status.as_ref() != Some(&status) {
         log_change(&current, &status);
-        write_status(ctx, policy, &namespace, &status).await?;
+        patch_status(
+            &ctx.client,
+            policy,
+            policy.status.as_ref(),
+            &status,
+            &ctx.metrics,
+        )
+        .await?;
     }
     Ok(match judgement {
         Judgement::ValidatorError { .. } => Pass::ValidatorFailed,
@@ -481,39 +498,6 @@ fn log_change(old: &HaltSQLPolicyStatus, new: &HaltSQLPolicyStatus) {
             }
         }
     }
-}
-
-/// A merge patch of the status subresource carrying the resourceVersion that
-/// was read, so a concurrent change makes it fail with 409 instead of being
-/// overwritten. Fields the new status drops are sent as `null` (a merge
-/// patch leaves absent fields alone).
-async fn write_status(
-    ctx: &Context,
-    policy: &HaltSQLPolicy,
-    namespace: &str,
-    status: &HaltSQLPolicyStatus,
-) -> Result<(), Error> {
-    let mut body = serde_json::to_value(status)?;
-    if let (Some(new), Some(old)) = (body.as_object_mut(), policy.status.as_ref())
-        && let serde_json::Value::Object(old) = serde_json::to_value(old)?
-    {
-        for key in old.keys() {
-            new.entry(key.clone()).or_insert(serde_json::Value::Null);
-        }
-    }
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": policy.meta().resource_version },
-        "status": body,
-    });
-    let api: Api<HaltSQLPolicy> = Api::namespaced(ctx.client.clone(), namespace);
-    api.patch_status(
-        &policy.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    ctx.metrics.write("HaltSQLPolicy", "status");
-    Ok(())
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
@@ -19,10 +19,11 @@ use super::apply::{self, Plan};
 use super::events::transition_events;
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
-use crate::api::{AppliedPolicy, HaltSQLServer, HaltSQLServerStatus};
+use crate::api::{AppliedPolicy, HaltSQLServer};
 use crate::context::{Context, object_key};
 use crate::metrics::ControllerKind;
 use crate::render::{self, PolicyInput, Rendered, SPEC_HASH_ANNOTATION};
+use crate::status_patch::{StatusPatchError, patch_status};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,6 +35,15 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("serializing status: {0}")]
     Serialize(#[from] serde_json::Error),
+}
+
+impl From<StatusPatchError> for Error {
+    fn from(error: StatusPatchError) -> Self {
+        match error {
+            StatusPatchError::Serialize(e) => Error::Serialize(e),
+            StatusPatchError::Kube(e) => Error::Kube(e),
+        }
+    }
 }
 
 impl Error {
@@ -107,7 +117,14 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
         &now,
     );
     if server.status.as_ref() != Some(&status) {
-        patch_status(ctx, server, &namespace, &status).await?;
+        patch_status(
+            &ctx.client,
+            server,
+            server.status.as_ref(),
+            &status,
+            &ctx.metrics,
+        )
+        .await?;
     }
     let rolled = matches!(outcome, Outcome::Rendered { rolled: true, .. });
     for event in transition_events(server.status.as_ref(), &status, rolled) {
@@ -315,36 +332,4 @@ where
 {
     let namespace = desired.meta().namespace.as_deref()?;
     cached(store, namespace, &desired.name_any()).map(|m| m.metadata.clone())
-}
-
-/// Writes the status with the resourceVersion that was read, so a concurrent
-/// change yields a conflict instead of being overwritten. Fields that became
-/// empty are removed explicitly (a merge patch keeps what it does not mention).
-async fn patch_status(
-    ctx: &Context,
-    server: &HaltSQLServer,
-    namespace: &str,
-    status: &HaltSQLServerStatus,
-) -> Result<(), Error> {
-    let mut body = serde_json::to_value(status)?;
-    if let (Some(new), Some(old)) = (body.as_object_mut(), server.status.as_ref())
-        && let serde_json::Value::Object(old) = serde_json::to_value(old)?
-    {
-        for key in old.keys() {
-            new.entry(key.clone()).or_insert(serde_json::Value::Null);
-        }
-    }
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": server.resource_version() },
-        "status": body,
-    });
-    let api: Api<HaltSQLServer> = Api::namespaced(ctx.client.clone(), namespace);
-    api.patch_status(
-        &server.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    ctx.metrics.write("HaltSQLServer", "status");
-    Ok(())
 }
