@@ -12,7 +12,7 @@
 //! - `HALTSQL_TEST_KEEP_NAMESPACES=1`: keep the test namespace.
 //!
 //! Logs (operator, each `haltsql serve` pod) go to `.cache/e2e/<namespace>/`,
-//! which is removed when the scenario passes.
+//! which is removed when the scenario passes (kept with `HALTSQL_E2E_KEEP_LOGS=1`).
 
 mod cluster;
 mod http;
@@ -78,7 +78,9 @@ async fn end_to_end() {
     let mut run = Run::new(provider, namespace, dir.clone()).await;
     run.scenario().await;
     drop(run);
-    let _ = std::fs::remove_dir_all(&dir);
+    if std::env::var_os("HALTSQL_E2E_KEEP_LOGS").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     step("passed");
 }
 
