@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use haltsql::load::{
-    self, AuditSink, BundleLocation, ClientAuth, EnvSource, LoadOptions, LogFormat, LogLevel,
-    MtlsMatch, OidcPolicy, S3Credentials, SourceAuth, TlsVersion,
+    self, AuditSink, BundleLocation, ClientAuth, EnvSource, EsTarget, FileOrContent, KafkaTls,
+    LoadOptions, LogFormat, LogLevel, MtlsMatch, OidcPolicy, S3Credentials, SaslMechanism,
+    SourceAuth, TlsVersion,
 };
 use sha2::{Digest, Sha256};
 
@@ -102,7 +103,11 @@ fn with(extra: &str) -> String {
 }
 
 fn check(doc: &str, expected: &[&str]) {
-    let f = Fixture::pod();
+    check_in(&Fixture::pod(), doc, expected);
+}
+
+/// [`check`] in a given fixture (with extra files).
+fn check_in(f: &Fixture, doc: &str, expected: &[&str]) {
     f.write("config.yaml", doc);
     assert_eq!(f.errors("config.yaml"), expected, "document:\n{doc}");
 }
@@ -930,55 +935,149 @@ fn bundle_name_prefix_rules() {
             "config.yaml:9:20: policies[1].bundle_source.name_prefix: invalid name_prefix \"prod\": lower-case letters, digits, '-' and '.', ending with '.' or '-' (for example \"prod.\"), at most 200 characters",
         ],
     );
-    // A file policy may not use a bundle's prefix.
+    // The contract reserves nothing for a prefix: a file policy may start
+    // with it, and a reference to it names the file policy.
     check(
         &refs_bundle("      name_prefix: orders-\n", "orders-agent"),
-        &[
-            "config.yaml:4:11: policies[0].file: policy name \"orders-agent\" starts with name_prefix \"orders-\" of policies[1].bundle_source, which is reserved for that bundle's policies",
-        ],
+        &[],
     );
-    // Two bundle sources: both need a prefix, the prefixes may not overlap,
-    // the names must differ.
-    let two = |p1: &str, p2: &str, name2: &str| {
+    // Two bundle sources: prefixes are optional and may overlap; the names
+    // must differ.
+    let two = |p1: &str, p2: &str, name2: &str, policy: &str| {
         BASE.replace(
             "  - file: policy-orders.yaml\n",
             &format!(
                 "  - file: policy-orders.yaml\n  - bundle_source:\n      name: prod\n{OCI}{k}{p1}  - bundle_source:\n      name: {name2}\n{OCI}{k}{p2}"
             ),
         )
+        .replace("policy: orders-agent", &format!("policy: {policy}"))
     };
-    check(
-        &two(
-            "      name_prefix: prod.\n",
-            "      name_prefix: stage.\n",
-            "stage",
-        ),
-        &[],
+    let (prod, stage, prod_eu) = (
+        "      name_prefix: prod.\n",
+        "      name_prefix: stage.\n",
+        "      name_prefix: prod.eu.\n",
     );
+    check(&two(prod, stage, "stage", "stage.orders"), &[]);
+    check(&two(prod, prod_eu, "stage", "prod.eu.orders"), &[]);
+    check(&two(prod, prod, "stage", "prod.orders"), &[]);
+    check(&two("", "", "stage", "orders"), &[]);
+    // One bundle without a prefix: any name may come from it.
+    check(&two(prod, "", "stage", "orders"), &[]);
+    // Every bundle has a prefix: a name that is no file policy needs one.
     check(
-        &two("      name_prefix: prod.\n", "", "stage"),
+        &two(prod, stage, "stage", "orders"),
         &[
-            "config.yaml:11:7: policies[2].bundle_source.name_prefix: name_prefix is required when the config has more than one bundle source",
+            "config.yaml:20:17: server.auth.tokens[0].policy: policy \"orders\" is not loaded by this config (loaded: \"orders-agent\", \"prod.\"*, \"stage.\"*)",
         ],
     );
     check(
-        &two(
-            "      name_prefix: prod.\n",
-            "      name_prefix: prod.eu.\n",
-            "stage",
-        ),
-        &[
-            "config.yaml:14:20: policies[2].bundle_source.name_prefix: name_prefix \"prod.eu.\" overlaps name_prefix \"prod.\" of policies[1].bundle_source",
-        ],
-    );
-    check(
-        &two(
-            "      name_prefix: prod.\n",
-            "      name_prefix: stage.\n",
-            "prod",
-        ),
+        &two(prod, stage, "prod", "prod.orders"),
         &[
             "config.yaml:11:13: policies[2].bundle_source.name: bundle source name \"prod\" is already used by policies[1].bundle_source",
+        ],
+    );
+}
+
+/// The operator names a bundle source after its HaltSQLPolicy object: a
+/// DNS-1123 subdomain of up to 253 characters.
+#[test]
+fn bundle_source_name_is_a_dns1123_subdomain() {
+    let k = keys(B64_KEY);
+    let named = |name: &str| {
+        bundle(&format!("{OCI}{k}")).replace("      name: prod\n", &format!("      name: {name}\n"))
+    };
+    check(&named("orders.prod.v2"), &[]);
+    let long = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    assert_eq!(long.len(), 253);
+    let f = Fixture::pod();
+    let c = f.config(&named(&long));
+    assert_eq!(c.bundle_sources[0].name, long);
+    let too_long = format!("{long}d");
+    check(
+        &named(&too_long),
+        &[&format!(
+            "config.yaml:6:13: policies[1].bundle_source.name: invalid name \"{}...\": must be a lower-case DNS-1123 subdomain (at most 253 characters)",
+            &too_long[..80]
+        )],
+    );
+    for bad in ["Orders", "a..b", "-a", "a.", "a_b"] {
+        check(
+            &named(&format!("\"{bad}\"")),
+            &[&format!(
+                "config.yaml:6:13: policies[1].bundle_source.name: invalid name \"{bad}\": must be a lower-case DNS-1123 subdomain (at most 253 characters)"
+            )],
+        );
+    }
+}
+
+#[test]
+fn bundle_source_short_auth_forms() {
+    let k = keys(B64_KEY);
+    let f = Fixture::pod();
+    let c = f.config(&bundle(&format!(
+        "      https: {{url: https://p.corp/x, auth: {{token: abc}}}}\n{k}"
+    )));
+    match &c.bundle_sources[0].location {
+        BundleLocation::Https {
+            auth: SourceAuth::Token { token },
+            ..
+        } => assert_eq!(token.expose(), "abc"),
+        other => panic!("{other:?}"),
+    }
+    let c = f.config(&bundle(&format!(
+        "      oci: {{ref: ghcr.io/corp/p:prod, auth: {{username: u, password: p}}}}\n{k}"
+    )));
+    match &c.bundle_sources[0].location {
+        BundleLocation::Oci {
+            auth: SourceAuth::Basic { username, password },
+            ..
+        } => assert_eq!((username.as_str(), password.expose()), ("u", "p")),
+        other => panic!("{other:?}"),
+    }
+    check(
+        &bundle(&format!(
+            "      https: {{url: https://p.corp/x, auth: {{api_key: abc}}}}\n{k}"
+        )),
+        &[
+            "config.yaml:7:45: policies[1].bundle_source.https.auth.api_key: unknown key, expected one of: username, password, token, type",
+        ],
+    );
+    check(
+        &bundle(&format!(
+            "      https: {{url: https://p.corp/x, auth: {{token: abc, username: u, password: p}}}}\n{k}"
+        )),
+        &[
+            "config.yaml:7:44: policies[1].bundle_source.https.auth: exactly one of token, or username with password is required (or a type: none|basic|token)",
+        ],
+    );
+    check(
+        &bundle(&format!(
+            "      https: {{url: https://p.corp/x, auth: {{username: u}}}}\n{k}"
+        )),
+        &[
+            "config.yaml:7:44: policies[1].bundle_source.https.auth.password: required key is missing",
+        ],
+    );
+    check(
+        &bundle(&format!(
+            "      https: {{url: https://p.corp/x, auth: {{}}}}\n{k}"
+        )),
+        &[
+            "config.yaml:7:44: policies[1].bundle_source.https.auth: exactly one of token, or username with password is required (or a type: none|basic|token)",
+        ],
+    );
+    check(
+        &bundle(&format!(
+            "      oci: {{ref: ghcr.io/corp/p:prod, plain_http: true, auth: {{token: t}}}}\n{k}"
+        )),
+        &[
+            "config.yaml:7:63: policies[1].bundle_source.oci.auth: credentials would be sent in clear text with plain_http: true",
         ],
     );
 }
@@ -1057,7 +1156,7 @@ fn audit_sinks_good() {
     );
     match &c.audit.sinks[5] {
         AuditSink::Kafka { tls, brokers, .. } => {
-            assert!(*tls);
+            assert_eq!(tls.as_ref(), Some(&KafkaTls::default()));
             assert_eq!(brokers.len(), 2);
         }
         other => panic!("{other:?}"),
@@ -1075,7 +1174,7 @@ fn audit_sink_required_keys() {
             "config.yaml:15:5: audit.sinks[1].bucket: required key is missing",
             "config.yaml:16:5: audit.sinks[2].bucket: required key is missing",
             "config.yaml:17:5: audit.sinks[3].url: required key is missing",
-            "config.yaml:17:5: audit.sinks[3].index: required key is missing",
+            "config.yaml:17:5: audit.sinks[3]: exactly one of index or data_stream is required",
             "config.yaml:18:5: audit.sinks[4].brokers: required key is missing",
             "config.yaml:18:5: audit.sinks[4].topic: required key is missing",
         ],
@@ -1128,5 +1227,325 @@ fn audit_sink_rules() {
     check(
         &with("audit:\n  log_raw_sql: maybe\n"),
         &["config.yaml:13:16: audit.log_raw_sql: expected true or false, found a string"],
+    );
+}
+
+// --- audit sinks as the operator guide writes them ----------------------------------
+
+const CA_PEM: &str =
+    "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUfake\n-----END CERTIFICATE-----\n";
+const KEY_PEM: &str =
+    "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIfake\n-----END PRIVATE KEY-----\n";
+
+/// The guide's "Secrets" example after the operator's secretKeyRef
+/// substitution, with the Secret keys mounted as in the pod. (Inside a flow
+/// mapping `{ ... }` the placeholder must be quoted: YAML ends a plain
+/// scalar at `{` and `}` there.)
+#[test]
+fn guide_secrets_example_sinks_load() {
+    let f = Fixture::pod();
+    f.write(
+        "var/run/haltsql/secrets/es-credentials/api-key",
+        "VnVhQ2ZHY0JDZGJrUW0tZTVhT3g6dWkybHAyYXhUTm1zeWFrdzl0dk5udw==\n",
+    );
+    f.write("var/run/haltsql/secrets/kafka-tls/ca.crt", CA_PEM);
+    f.write(
+        "var/run/haltsql/secrets/kafka-credentials/password",
+        "s3cret\n",
+    );
+    let c = f.config(&with(
+        "audit:
+  sinks:
+    - type: elasticsearch
+      url: https://es.logging.svc:9200
+      data_stream: logs-haltsql-prod
+      auth:
+        api_key: ${file:/var/run/haltsql/secrets/es-credentials/api-key}
+    - type: kafka
+      brokers: [kafka.logging.svc:9093]
+      topic: haltsql.audit
+      tls: { ca_file: \"${file:/var/run/haltsql/secrets/kafka-tls/ca.crt}\" }
+      sasl:
+        mechanism: scram-sha-512
+        username: haltsql
+        password: ${file:/var/run/haltsql/secrets/kafka-credentials/password}
+",
+    ));
+    match &c.audit.sinks[0] {
+        AuditSink::Elasticsearch { url, target, auth } => {
+            assert_eq!(url, "https://es.logging.svc:9200");
+            assert_eq!(target, &EsTarget::DataStream("logs-haltsql-prod".into()));
+            assert!(
+                matches!(auth, SourceAuth::ApiKey { api_key } if api_key.expose().starts_with("VnVh"))
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match &c.audit.sinks[1] {
+        AuditSink::Kafka { tls, sasl, .. } => {
+            let tls = tls.as_ref().unwrap();
+            // The placeholder resolves to the PEM content (one trailing
+            // newline removed).
+            assert_eq!(
+                tls.ca,
+                Some(FileOrContent::Content(load::Secret::new(
+                    CA_PEM.trim_end_matches('\n')
+                )))
+            );
+            assert_eq!(tls.cert, None);
+            let sasl = sasl.as_ref().unwrap();
+            assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+            assert_eq!(sasl.password.expose(), "s3cret");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn elasticsearch_sink_forms() {
+    let f = Fixture::pod();
+    let c = f.config(&sinks(
+        "  - {type: elasticsearch, url: https://es:9200, index: haltsql-audit}
+  - {type: elasticsearch, url: https://es:9200, data_stream: logs-haltsql-prod, auth: {api_key: k}}
+  - {type: elasticsearch, url: https://es:9200, index: b, auth: {username: u, password: p}}
+  - {type: elasticsearch, url: https://es:9200, index: c, auth: {type: api_key, api_key: k}}
+  - {type: elasticsearch, url: https://es:9200, index: d, auth: {token: t}}
+  - {type: elasticsearch, url: http://es:9200, index: e, auth: {type: none}}
+",
+    ));
+    let auths: Vec<&SourceAuth> = c
+        .audit
+        .sinks
+        .iter()
+        .map(|s| match s {
+            AuditSink::Elasticsearch { auth, .. } => auth,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert!(matches!(auths[0], SourceAuth::None));
+    assert!(matches!(auths[1], SourceAuth::ApiKey { .. }));
+    assert!(matches!(auths[2], SourceAuth::Basic { .. }));
+    assert!(matches!(auths[3], SourceAuth::ApiKey { .. }));
+    assert!(matches!(auths[4], SourceAuth::Token { .. }));
+    assert!(matches!(auths[5], SourceAuth::None));
+
+    check(
+        &sinks("  - {type: elasticsearch, url: https://es:9200, index: a, data_stream: b}\n"),
+        &["config.yaml:14:5: audit.sinks[0]: exactly one of index or data_stream is required"],
+    );
+    check(
+        &sinks("  - {type: elasticsearch, url: https://es:9200, data_stream: Logs}\n"),
+        &[
+            "config.yaml:14:62: audit.sinks[0].data_stream: invalid data stream name \"Logs\": at most 255 lower-case letters, digits, '-', '_', '.', '+', not starting with '-', '_', '+' or '.'",
+        ],
+    );
+    check(
+        &sinks(
+            "  - {type: elasticsearch, url: https://es:9200, index: a, auth: {api_key: k, username: u, password: p}}\n",
+        ),
+        &[
+            "config.yaml:14:65: audit.sinks[0].auth: exactly one of api_key, token, or username with password is required (or a type: none|basic|token|api_key)",
+        ],
+    );
+    check(
+        &sinks("  - {type: elasticsearch, url: https://es:9200, index: a, auth: {apikey: k}}\n"),
+        &[
+            "config.yaml:14:66: audit.sinks[0].auth.apikey: unknown key, expected one of: api_key, username, password, token, type",
+        ],
+    );
+    check(
+        &sinks(
+            "  - {type: elasticsearch, url: https://es:9200, index: a, auth: {type: api_key, token: k}}\n",
+        ),
+        &[
+            "config.yaml:14:65: audit.sinks[0].auth.api_key: required key is missing",
+            "config.yaml:14:81: audit.sinks[0].auth.token: unknown key, expected one of: type, api_key",
+        ],
+    );
+    check(
+        &sinks("  - {type: elasticsearch, url: http://es:9200, index: a, auth: {api_key: k}}\n"),
+        &[
+            "config.yaml:14:64: audit.sinks[0].auth: credentials would be sent in clear text over http://; use an https:// URL",
+        ],
+    );
+}
+
+#[test]
+fn kafka_sink_tls_forms() {
+    let f = Fixture::pod();
+    f.write("var/run/haltsql/secrets/kafka-tls/ca.crt", CA_PEM);
+    f.write("var/run/haltsql/secrets/kafka-tls/tls.crt", CA_PEM);
+    f.write("var/run/haltsql/secrets/kafka-tls/tls.key", KEY_PEM);
+    let kafka = |tls: &str| {
+        sinks(&format!(
+            "  - {{type: kafka, brokers: [k:9093], topic: a, tls: {tls}}}\n"
+        ))
+    };
+    let tls_of = |c: &load::LoadedConfig| match &c.audit.sinks[0] {
+        AuditSink::Kafka { tls, .. } => tls.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(tls_of(&f.config(&kafka("true"))), Some(KafkaTls::default()));
+    assert_eq!(tls_of(&f.config(&kafka("false"))), None);
+    assert_eq!(tls_of(&f.config(&kafka("{}"))), Some(KafkaTls::default()));
+    // A path is a path (rooted like every absolute path).
+    let t = tls_of(&f.config(&kafka("{ca_file: /etc/kafka/ca.crt}"))).unwrap();
+    assert_eq!(
+        t.ca,
+        Some(FileOrContent::Path(f.dir.path().join("etc/kafka/ca.crt")))
+    );
+    // Placeholders resolve to content: PEM is accepted as such.
+    let t = tls_of(&f.config(&kafka(
+        "{ca_file: \"${file:/var/run/haltsql/secrets/kafka-tls/ca.crt}\", cert_file: \"${file:/var/run/haltsql/secrets/kafka-tls/tls.crt}\", key_file: \"${file:/var/run/haltsql/secrets/kafka-tls/tls.key}\"}",
+    )))
+    .unwrap();
+    assert!(matches!(t.ca, Some(FileOrContent::Content(_))));
+    assert!(matches!(t.cert, Some(FileOrContent::Content(_))));
+    assert!(matches!(t.key, Some(FileOrContent::Content(_))));
+
+    check(
+        &kafka("\"true\""),
+        &[
+            "config.yaml:14:53: audit.sinks[0].tls: expected true, false or a mapping {ca_file, cert_file, key_file}, found a string",
+        ],
+    );
+    check(
+        &kafka("{insecure_skip_verify: true}"),
+        &[
+            "config.yaml:14:54: audit.sinks[0].tls.insecure_skip_verify: unknown key, expected one of: ca_file, cert_file, key_file",
+        ],
+    );
+    check(
+        &kafka("{ca_file: ca.crt}"),
+        &[
+            "config.yaml:14:63: audit.sinks[0].tls.ca_file: \"ca.crt\" is not an absolute path; expected an absolute path or PEM certificates (-----BEGIN CERTIFICATE-----)",
+        ],
+    );
+    check(
+        &kafka("{cert_file: /c.crt}"),
+        &[
+            "config.yaml:14:53: audit.sinks[0].tls.key_file: required with cert_file (a client certificate needs both)",
+        ],
+    );
+    // Content of the wrong kind is reported without showing it.
+    check_in(
+        &f,
+        &kafka("{ca_file: \"${file:/var/run/haltsql/secrets/kafka-tls/tls.key}\"}"),
+        &[
+            "config.yaml:14:63: audit.sinks[0].tls.ca_file: the content is not PEM certificates (-----BEGIN CERTIFICATE-----); expected an absolute path or PEM certificates (-----BEGIN CERTIFICATE-----)",
+        ],
+    );
+    check_in(
+        &f,
+        &kafka(
+            "{cert_file: /c.crt, key_file: \"${file:/var/run/haltsql/secrets/kafka-tls/ca.crt}\"}",
+        ),
+        &[
+            "config.yaml:14:83: audit.sinks[0].tls.key_file: the content is not a PEM private key (-----BEGIN PRIVATE KEY-----); expected an absolute path or a PEM private key (-----BEGIN PRIVATE KEY-----)",
+        ],
+    );
+    check_in(
+        &f,
+        &kafka("{ca_file: \"-----BEGIN CERTIFICATE-----\\nMIIB\\n\"}"),
+        &[
+            "config.yaml:14:63: audit.sinks[0].tls.ca_file: the content is not PEM certificates (-----BEGIN CERTIFICATE-----); expected an absolute path or PEM certificates (-----BEGIN CERTIFICATE-----)",
+        ],
+    );
+    // SASL PLAIN needs TLS; SCRAM does not send the password.
+    check(
+        &sinks(
+            "  - {type: kafka, brokers: [k:9093], topic: a, tls: false, sasl: {mechanism: scram-sha-256, username: u, password: p}}\n",
+        ),
+        &[],
+    );
+    check(
+        &sinks(
+            "  - {type: kafka, brokers: [k:9093], topic: a, tls: {}, sasl: {mechanism: plain, username: u, password: p}}\n",
+        ),
+        &[],
+    );
+    check(
+        &sinks(
+            "  - {type: kafka, brokers: [k:9093], topic: a, tls: false, sasl: {mechanism: plain, username: u, password: p}}\n",
+        ),
+        &[
+            "config.yaml:14:66: audit.sinks[0].sasl: SASL PLAIN without TLS would send the password in clear text",
+        ],
+    );
+    check(
+        &sinks(
+            "  - {type: kafka, brokers: [k:9093], topic: a, sasl: {mechanism: scram-sha-1, username: u}}\n",
+        ),
+        &[
+            "config.yaml:14:54: audit.sinks[0].sasl.password: required key is missing",
+            "config.yaml:14:66: audit.sinks[0].sasl.mechanism: unknown value \"scram-sha-1\", expected one of: plain, scram-sha-256, scram-sha-512",
+        ],
+    );
+}
+
+#[test]
+fn s3_and_gcs_sink_forms() {
+    let f = Fixture::pod();
+    f.write(
+        "var/run/haltsql/secrets/gcs-sa/key.json",
+        "{\"type\": \"service_account\", \"project_id\": \"p\"}\n",
+    );
+    f.write("var/run/haltsql/secrets/aws/secret", "SK\n");
+    let c = f.config(&sinks(
+        "  - type: s3
+    bucket: corp-audit
+    prefix: haltsql/prod/
+    region: eu-west-1
+    endpoint: https://s3.eu-west-1.amazonaws.com
+    credentials: {source: static, access_key_id: AKIA1, secret_access_key: \"${file:/var/run/haltsql/secrets/aws/secret}\"}
+  - {type: s3, bucket: corp-audit-2, credentials: {source: web_identity}}
+  - {type: gcs, bucket: corp-audit, prefix: haltsql/, credentials_file: /var/run/gcs/key.json}
+  - {type: gcs, bucket: corp-audit-2, credentials_file: \"${file:/var/run/haltsql/secrets/gcs-sa/key.json}\"}
+",
+    ));
+    match &c.audit.sinks[0] {
+        AuditSink::S3 {
+            prefix,
+            credentials: S3Credentials::Static {
+                secret_access_key, ..
+            },
+            ..
+        } => {
+            assert_eq!(prefix.as_deref(), Some("haltsql/prod/"));
+            assert_eq!(secret_access_key.expose(), "SK");
+        }
+        other => panic!("{other:?}"),
+    }
+    match (&c.audit.sinks[2], &c.audit.sinks[3]) {
+        (
+            AuditSink::Gcs {
+                credentials_file: Some(FileOrContent::Path(p)),
+                ..
+            },
+            AuditSink::Gcs {
+                credentials_file: Some(FileOrContent::Content(_)),
+                ..
+            },
+        ) => assert_eq!(p, &f.dir.path().join("var/run/gcs/key.json")),
+        other => panic!("{other:?}"),
+    }
+    check(
+        &sinks("  - {type: s3, bucket: corp-audit, key: x, endpoint: minio:9000}\n"),
+        &[
+            "config.yaml:14:36: audit.sinks[0].key: unknown key, expected one of: type, bucket, prefix, region, endpoint, credentials",
+            "config.yaml:14:54: audit.sinks[0].endpoint: invalid URL \"minio:9000\": expected a https:// or http:// URL",
+        ],
+    );
+    check(
+        &sinks("  - {type: gcs, bucket: corp-audit, credentials_file: \"{not json\"}\n"),
+        &[
+            "config.yaml:14:55: audit.sinks[0].credentials_file: the content is not the service account key JSON; expected an absolute path or the service account key JSON",
+        ],
+    );
+    check(
+        &sinks("  - {type: gcs, bucket: corp-audit, credentials_file: key.json}\n"),
+        &[
+            "config.yaml:14:55: audit.sinks[0].credentials_file: \"key.json\" is not an absolute path; expected an absolute path or the service account key JSON",
+        ],
     );
 }

@@ -8,7 +8,7 @@ use ed25519_dalek::pkcs8::DecodePublicKey as _;
 
 use super::Session;
 use super::config::{Secret, abs_path, bucket, region, url};
-use super::names::{is_dns1123_label, is_dns1123_subdomain};
+use super::names::is_dns1123_subdomain;
 use super::walk::{Doc, Str, index, join};
 use super::yaml::Node;
 
@@ -24,17 +24,24 @@ pub const DEFAULT_POLL_SECONDS: u64 = 300;
 pub enum SourceAuth {
     /// `{type: none}` (the default).
     None,
-    /// `{type: basic, username, password}`.
+    /// `{type: basic, username, password}` or `{username, password}`.
     Basic {
         /// User name.
         username: String,
         /// Password.
         password: Secret,
     },
-    /// `{type: token, token}`: a bearer token.
+    /// `{type: token, token}` or `{token}`: a bearer token.
     Token {
         /// The token.
         token: Secret,
+    },
+    /// `{type: api_key, api_key}` or `{api_key}`: an Elasticsearch API key
+    /// (sent as `Authorization: ApiKey <api_key>`; Elasticsearch audit sinks
+    /// only).
+    ApiKey {
+        /// The encoded API key.
+        api_key: Secret,
     },
 }
 
@@ -95,7 +102,8 @@ pub enum BundleLocation {
 /// A checked `bundle_source`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BundleSource {
-    /// `name`: a DNS-1123 label, unique in the config.
+    /// `name`: a DNS-1123 subdomain (at most 253 characters, as a
+    /// Kubernetes object name), unique in the config.
     pub name: String,
     /// `oci`, `https` or `s3`.
     pub location: BundleLocation,
@@ -221,40 +229,98 @@ const AUTH_KEYS: &[(&str, &[&str])] = &[
     ("none", &["type"]),
     ("basic", &["type", "username", "password"]),
     ("token", &["type", "token"]),
+    ("api_key", &["type", "api_key"]),
 ];
 
-/// `auth: {type: none|basic|token, ...}`.
-pub(crate) fn parse_auth(doc: &mut Doc<'_>, node: &Node, path: &str) -> Option<SourceAuth> {
+/// `auth`, in one of two forms:
+///
+/// - typed: `{type: none}`, `{type: basic, username, password}`,
+///   `{type: token, token}` (and `{type: api_key, api_key}` when
+///   `allow_api_key`). A key that belongs to another type is unknown.
+/// - short: `{username, password}`, `{token}` (or `{api_key}` when
+///   `allow_api_key`): exactly one of them.
+pub(crate) fn parse_auth(
+    doc: &mut Doc<'_>,
+    node: &Node,
+    path: &str,
+    allow_api_key: bool,
+) -> Option<SourceAuth> {
     let m = doc.open_map(node, path)?;
-    let ty = m
-        .req(doc, "type")
-        .and_then(|n| doc.choice(n, &join(path, "type"), &["none", "basic", "token"]))?;
+    let types: &[&str] = if allow_api_key {
+        &["none", "basic", "token", "api_key"]
+    } else {
+        &["none", "basic", "token"]
+    };
+    let typed = m.iter().any(|(k, _, _)| k == "type");
+    let ty = if typed {
+        m.req(doc, "type")
+            .and_then(|n| doc.choice(n, &join(path, "type"), types))?
+    } else {
+        let keys: &[&str] = if allow_api_key {
+            &["api_key", "username", "password", "token", "type"]
+        } else {
+            &["username", "password", "token", "type"]
+        };
+        let before = doc.errors.len();
+        let m = doc.map(node, path, keys)?;
+        let mut forms = Vec::new();
+        if allow_api_key && m.has("api_key") {
+            forms.push("api_key");
+        }
+        if m.has("token") {
+            forms.push("token");
+        }
+        if m.has("username") || m.has("password") {
+            forms.push("basic");
+        }
+        if forms.len() != 1 {
+            if doc.errors.len() == before {
+                let one_of = if allow_api_key {
+                    "api_key, token, or username with password"
+                } else {
+                    "token, or username with password"
+                };
+                doc.error(
+                    node,
+                    path,
+                    format!(
+                        "exactly one of {one_of} is required (or a type: {})",
+                        types.join("|")
+                    ),
+                );
+            }
+            return None;
+        }
+        forms[0].to_string()
+    };
     let keys = AUTH_KEYS
         .iter()
         .find(|(t, _)| *t == ty)
         .map_or(&[][..], |(_, k)| k);
+    // The short form has no `type` key, so allowing it does no harm there.
     let m = doc.map(node, path, keys)?;
+    let secret = |doc: &mut Doc<'_>, key: &str| {
+        m.req(doc, key)
+            .and_then(|n| doc.nonempty(n, &join(path, key)))
+            .map(|s| Secret::new(s.value))
+    };
     match ty.as_str() {
         "basic" => {
             let u = m
                 .req(doc, "username")
                 .and_then(|n| doc.nonempty(n, &join(path, "username")));
-            let p = m
-                .req(doc, "password")
-                .and_then(|n| doc.nonempty(n, &join(path, "password")));
+            let p = secret(doc, "password");
             Some(SourceAuth::Basic {
                 username: u?.value,
-                password: Secret::new(p?.value),
+                password: p?,
             })
         }
-        "token" => {
-            let t = m
-                .req(doc, "token")
-                .and_then(|n| doc.nonempty(n, &join(path, "token")));
-            Some(SourceAuth::Token {
-                token: Secret::new(t?.value),
-            })
-        }
+        "token" => Some(SourceAuth::Token {
+            token: secret(doc, "token")?,
+        }),
+        "api_key" => Some(SourceAuth::ApiKey {
+            api_key: secret(doc, "api_key")?,
+        }),
         _ => Some(SourceAuth::None),
     }
 }
@@ -393,13 +459,13 @@ pub(crate) fn parse_bundle_source(
     let before = doc.errors.len();
     let name = m.req(doc, "name").and_then(|n| {
         let s = doc.nonempty(n, &join(path, "name"))?;
-        if is_dns1123_label(&s.value) {
+        if is_dns1123_subdomain(&s.value) {
             Some(s)
         } else {
             doc.error_str(
                 &s,
                 format!(
-                    "invalid name {}: must be a lower-case DNS-1123 label (at most 63)",
+                    "invalid name {}: must be a lower-case DNS-1123 subdomain (at most 253 characters)",
                     s.shown()
                 ),
             );
@@ -539,7 +605,7 @@ fn parse_location(
             };
             let auth = match m.get("auth") {
                 None => Some(SourceAuth::None),
-                Some(n) => parse_auth(doc, n, &join(path, "auth")),
+                Some(n) => parse_auth(doc, n, &join(path, "auth"), false),
             };
             if plain_http == Some(true)
                 && matches!(
@@ -568,7 +634,7 @@ fn parse_location(
                 .and_then(|n| url(doc, n, &join(path, "url"), &["https"]));
             let auth = match m.get("auth") {
                 None => Some(SourceAuth::None),
-                Some(n) => parse_auth(doc, n, &join(path, "auth")),
+                Some(n) => parse_auth(doc, n, &join(path, "auth"), false),
             };
             Some(BundleLocation::Https {
                 url: u?,

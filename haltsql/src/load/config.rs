@@ -316,6 +316,40 @@ pub struct KafkaSasl {
     pub password: Secret,
 }
 
+/// A file setting that takes either a path or the file's content.
+///
+/// With the operator's Secret references, `${file:...}` placeholders resolve
+/// to a file's *content*, so keys such as `ca_file` accept both: a value
+/// that starts with `-----BEGIN` (PEM) or `{` (JSON) is content, anything
+/// else must be an absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileOrContent {
+    /// An absolute path (rooted when the options have a root).
+    Path(PathBuf),
+    /// The content itself.
+    Content(Secret),
+}
+
+/// Kafka TLS settings (`tls: true` or `tls: {...}`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KafkaTls {
+    /// `ca_file`: PEM CA certificates to trust instead of the system roots.
+    pub ca: Option<FileOrContent>,
+    /// `cert_file`: PEM client certificate chain (with `key_file`).
+    pub cert: Option<FileOrContent>,
+    /// `key_file`: PEM client private key (with `cert_file`).
+    pub key: Option<FileOrContent>,
+}
+
+/// Where an Elasticsearch sink writes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EsTarget {
+    /// `index`: a plain index.
+    Index(String),
+    /// `data_stream`: a data stream (documents are created, never updated).
+    DataStream(String),
+}
+
 /// One `audit.sinks` entry.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AuditSink {
@@ -345,15 +379,16 @@ pub enum AuditSink {
         bucket: String,
         /// Object name prefix.
         prefix: Option<String>,
-        /// Service account key file; default: the ambient credentials.
-        credentials_file: Option<PathBuf>,
+        /// Service account key (a path or the JSON itself); default: the
+        /// ambient credentials.
+        credentials_file: Option<FileOrContent>,
     },
-    /// `{type: elasticsearch, url, index, auth?}`.
+    /// `{type: elasticsearch, url, index | data_stream, auth?}`.
     Elasticsearch {
         /// Base URL.
         url: String,
-        /// Index name.
-        index: String,
+        /// `index` or `data_stream`.
+        target: EsTarget,
         /// Authentication, default none.
         auth: SourceAuth,
     },
@@ -363,8 +398,9 @@ pub enum AuditSink {
         brokers: Vec<String>,
         /// Topic.
         topic: String,
-        /// Use TLS (default true).
-        tls: bool,
+        /// TLS settings; `None` with `tls: false` (the default is TLS with
+        /// the system roots).
+        tls: Option<KafkaTls>,
         /// SASL authentication.
         sasl: Option<KafkaSasl>,
     },
@@ -459,7 +495,6 @@ struct BundleEntry {
     source: Option<BundleSource>,
     name: Option<Str>,
     prefix: Prefix,
-    node: Node,
     path: String,
 }
 
@@ -525,7 +560,6 @@ pub(crate) fn parse_config(
                         source,
                         name,
                         prefix,
-                        node: b.clone(),
                         path: bpath,
                     });
                 }
@@ -706,52 +740,11 @@ fn check_policy_names(
             }
         }
     }
-    if bundles.len() > 1 {
-        for b in bundles {
-            if matches!(b.prefix, Prefix::Absent) {
-                doc.error(
-                    &b.node,
-                    &join(&b.path, "name_prefix"),
-                    "name_prefix is required when the config has more than one bundle source",
-                );
-            }
-        }
-    }
-    for (j, b) in bundles.iter().enumerate() {
-        let Some(pj) = b.prefix.valid() else { continue };
-        for a in &bundles[..j] {
-            let Some(pi) = a.prefix.valid() else { continue };
-            if pi.value.starts_with(&pj.value) || pj.value.starts_with(&pi.value) {
-                doc.error_str(
-                    pj,
-                    format!(
-                        "name_prefix {} overlaps name_prefix {} of {}",
-                        pj.shown(),
-                        pi.shown(),
-                        a.path
-                    ),
-                );
-            }
-        }
-    }
-    for f in files {
-        let Some(p) = &f.policy else { continue };
-        for b in bundles {
-            if let Some(prefix) = b.prefix.valid()
-                && p.name.starts_with(&prefix.value)
-            {
-                doc.error_str(
-                    &f.node,
-                    format!(
-                        "policy name {:?} starts with name_prefix {} of {}, which is reserved for that bundle's policies",
-                        p.name,
-                        prefix.shown(),
-                        b.path
-                    ),
-                );
-            }
-        }
-    }
+    // The contract sets no rule on prefixes beyond references: bundles
+    // without a prefix, overlapping prefixes and file policies whose name
+    // starts with a prefix are all accepted. Whether two policies end up
+    // with one name can only be known when the bundles are fetched, and
+    // the server checks it then.
     // References.
     let every_bundle_prefixed = bundles.iter().all(|b| !matches!(b.prefix, Prefix::Absent));
     let any_invalid = bundles.iter().any(|b| matches!(b.prefix, Prefix::Invalid));
@@ -1187,7 +1180,10 @@ const SINK_KEYS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gcs", &["type", "bucket", "prefix", "credentials_file"]),
-    ("elasticsearch", &["type", "url", "index", "auth"]),
+    (
+        "elasticsearch",
+        &["type", "url", "index", "data_stream", "auth"],
+    ),
     ("kafka", &["type", "brokers", "topic", "tls", "sasl"]),
 ];
 
@@ -1342,9 +1338,15 @@ fn parse_sink(
                 .get("prefix")
                 .and_then(|n| doc.nonempty(n, &join(path, "prefix")))
                 .map(|s| s.value);
-            let credentials_file = m
-                .get("credentials_file")
-                .and_then(|n| abs_path(session, doc, n, &join(path, "credentials_file")));
+            let credentials_file = m.get("credentials_file").and_then(|n| {
+                file_or_content(
+                    session,
+                    doc,
+                    n,
+                    &join(path, "credentials_file"),
+                    Content::Json,
+                )
+            });
             Some(AuditSink::Gcs {
                 bucket: bucket?,
                 prefix,
@@ -1355,29 +1357,24 @@ fn parse_sink(
             let u = m
                 .req(doc, "url")
                 .and_then(|n| url(doc, n, &join(path, "url"), &["https", "http"]));
-            let index_name = m.req(doc, "index").and_then(|n| {
-                let s = doc.nonempty(n, &join(path, "index"))?;
-                let ok = s.value.len() <= 255
-                    && !s.value.starts_with(['-', '_', '+', '.'])
-                    && s.value.bytes().all(|c| {
-                        c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.' | b'+')
-                    });
-                if ok {
-                    Some(s.value)
-                } else {
-                    doc.error_str(
-                        &s,
-                        format!(
-                            "invalid index name {}: lower-case letters, digits, '-', '_', '.', '+', not starting with '-', '_', '+' or '.'",
-                            s.shown()
-                        ),
+            let target = match (m.get("index"), m.get("data_stream")) {
+                (Some(n), None) => {
+                    es_name(doc, n, &join(path, "index"), "index").map(EsTarget::Index)
+                }
+                (None, Some(n)) => es_name(doc, n, &join(path, "data_stream"), "data stream")
+                    .map(EsTarget::DataStream),
+                _ => {
+                    doc.error(
+                        node,
+                        path,
+                        "exactly one of index or data_stream is required",
                     );
                     None
                 }
-            });
+            };
             let auth = match m.get("auth") {
                 None => Some(SourceAuth::None),
-                Some(n) => parse_auth(doc, n, &join(path, "auth")),
+                Some(n) => parse_auth(doc, n, &join(path, "auth"), true),
             };
             if let (Some(u), Some(a)) = (&u, &auth)
                 && u.starts_with("http://")
@@ -1392,7 +1389,7 @@ fn parse_sink(
             }
             Some(AuditSink::Elasticsearch {
                 url: u?,
-                index: index_name?,
+                target: target?,
                 auth: auth?,
             })
         }
@@ -1439,14 +1436,14 @@ fn parse_sink(
                 }
             });
             let tls = match m.get("tls") {
-                None => Some(true),
-                Some(n) => doc.bool(n, &join(path, "tls")),
+                None => Some(Some(KafkaTls::default())),
+                Some(n) => parse_kafka_tls(session, doc, n, &join(path, "tls")),
             };
             let sasl = match m.get("sasl") {
                 None => Some(None),
                 Some(n) => parse_sasl(doc, n, &join(path, "sasl")).map(Some),
             };
-            if tls == Some(false)
+            if tls == Some(None)
                 && matches!(&sasl, Some(Some(s)) if s.mechanism == SaslMechanism::Plain)
                 && let Some(n) = m.get("sasl")
             {
@@ -1469,6 +1466,176 @@ fn parse_sink(
         return None;
     }
     sink
+}
+
+/// An Elasticsearch index or data stream name.
+fn es_name(doc: &mut Doc<'_>, node: &Node, path: &str, what: &str) -> Option<String> {
+    let s = doc.nonempty(node, path)?;
+    let ok = s.value.len() <= 255
+        && !s.value.starts_with(['-', '_', '+', '.'])
+        && s.value.bytes().all(|c| {
+            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'-' | b'_' | b'.' | b'+')
+        });
+    if ok {
+        Some(s.value)
+    } else {
+        doc.error_str(
+            &s,
+            format!(
+                "invalid {what} name {}: at most 255 lower-case letters, digits, '-', '_', '.', '+', not starting with '-', '_', '+' or '.'",
+                s.shown()
+            ),
+        );
+        None
+    }
+}
+
+/// What the content form of a [`FileOrContent`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Content {
+    /// PEM certificates.
+    Certificates,
+    /// A PEM private key.
+    PrivateKey,
+    /// A JSON object (a service account key).
+    Json,
+}
+
+/// A path or the content itself (see [`FileOrContent`]). Error messages
+/// never show content.
+fn file_or_content(
+    session: &Session<'_>,
+    doc: &mut Doc<'_>,
+    node: &Node,
+    path: &str,
+    content: Content,
+) -> Option<FileOrContent> {
+    let s = doc.nonempty(node, path)?;
+    let text = s.value.trim_start();
+    let form = match content {
+        Content::Certificates => "PEM certificates (-----BEGIN CERTIFICATE-----)",
+        Content::PrivateKey => "a PEM private key (-----BEGIN PRIVATE KEY-----)",
+        Content::Json => "the service account key JSON",
+    };
+    let is_content = match content {
+        Content::Json => text.starts_with('{'),
+        _ => text.starts_with("-----BEGIN"),
+    };
+    if is_content {
+        let ok = match content {
+            Content::Json => {
+                serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object())
+            }
+            Content::Certificates => pem_labels(text)
+                .is_some_and(|l| !l.is_empty() && l.iter().all(|l| *l == "CERTIFICATE")),
+            Content::PrivateKey => pem_labels(text).is_some_and(|l| {
+                l.len() == 1 && l[0].ends_with("PRIVATE KEY") && l[0] != "ENCRYPTED PRIVATE KEY"
+            }),
+        };
+        if !ok {
+            doc.error_str(
+                &s,
+                format!("the content is not {form}; expected an absolute path or {form}"),
+            );
+            return None;
+        }
+        return Some(FileOrContent::Content(Secret::new(s.value)));
+    }
+    if !Path::new(&s.value).is_absolute() || s.value.contains('\0') {
+        doc.error_str(
+            &s,
+            format!(
+                "{} is not an absolute path; expected an absolute path or {form}",
+                s.shown()
+            ),
+        );
+        return None;
+    }
+    Some(FileOrContent::Path(super::fs::rooted(
+        session.opts.root.as_deref(),
+        Path::new(&s.value),
+    )))
+}
+
+/// The labels of the PEM blocks in `text` (`-----BEGIN L-----` ...
+/// `-----END L-----`), or `None` when the framing is broken or there is
+/// text outside the blocks. The base64 inside is not decoded here.
+fn pem_labels(text: &str) -> Option<Vec<&str>> {
+    let mut labels = Vec::new();
+    let mut open: Option<&str> = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(l) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            if open.is_some() {
+                return None;
+            }
+            open = Some(l);
+        } else if let Some(l) = line
+            .strip_prefix("-----END ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            if open != Some(l) {
+                return None;
+            }
+            labels.push(l);
+            open = None;
+        } else if open.is_none() {
+            return None;
+        }
+    }
+    open.is_none().then_some(labels)
+}
+
+/// Kafka `tls`: a boolean, or `{ca_file?, cert_file?, key_file?}` (TLS on).
+/// Returns `Some(None)` for `tls: false`.
+fn parse_kafka_tls(
+    session: &Session<'_>,
+    doc: &mut Doc<'_>,
+    node: &Node,
+    path: &str,
+) -> Option<Option<KafkaTls>> {
+    if !matches!(node.value, super::yaml::Value::Map(_)) {
+        if let super::yaml::Value::Scalar(s) = &node.value
+            && let super::yaml::ScalarKind::Bool(b) = s.kind()
+        {
+            return Some(b.then(KafkaTls::default));
+        }
+        doc.error(
+            node,
+            path,
+            format!(
+                "expected true, false or a mapping {{ca_file, cert_file, key_file}}, found {}",
+                node.type_name()
+            ),
+        );
+        return None;
+    }
+    let m = doc.map(node, path, &["ca_file", "cert_file", "key_file"])?;
+    let before = doc.errors.len();
+    let get = |doc: &mut Doc<'_>, key: &str, content: Content| {
+        m.get(key)
+            .and_then(|n| file_or_content(session, doc, n, &join(path, key), content))
+    };
+    let tls = KafkaTls {
+        ca: get(doc, "ca_file", Content::Certificates),
+        cert: get(doc, "cert_file", Content::Certificates),
+        key: get(doc, "key_file", Content::PrivateKey),
+    };
+    for (have, missing) in [("cert_file", "key_file"), ("key_file", "cert_file")] {
+        if m.has(have) && !m.has(missing) {
+            doc.error(
+                node,
+                &join(path, missing),
+                format!("required with {have} (a client certificate needs both)"),
+            );
+        }
+    }
+    (doc.errors.len() == before).then_some(Some(tls))
 }
 
 fn host_port_ok(s: &str) -> bool {
