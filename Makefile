@@ -65,6 +65,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors.
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+.PHONY: bench
+bench: tools ## Benchmarks on the local cluster: table on stdout, target/bench/results.json (BENCH_SCALE=small: a few minutes).
+	hack/bench.sh
+
 .PHONY: test
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
