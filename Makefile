@@ -11,7 +11,7 @@ IMG ?= haltsql-operator:dev
 
 .PHONY: help
 help: ## List the targets.
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
 tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok and helm from Go modules into bin/.
@@ -72,3 +72,17 @@ bench: tools ## Benchmarks on the local cluster: table on stdout, target/bench/r
 .PHONY: test
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
+
+.PHONY: demo
+demo: ## Local cluster + operator + config/samples: shows Valid/Synced/Ready and two /v1/verify answers (DEMO_STOP=1 stops everything after).
+	hack/demo.sh
+
+.PHONY: e2e
+e2e: ## The end-to-end test on kind (needs Docker and kind; HALTSQL_IMAGE=<haltsql image>, HALTSQL_E2E_KEEP_CLUSTER=1).
+	HALTSQL_E2E_PROVIDER=kind $(CARGO) test -p haltsql-operator --test e2e -- --nocapture
+
+.PHONY: e2e-local
+e2e-local: tools ## Only the end-to-end test, on the local cluster (started if needed, left running).
+	$(CARGO) build -p haltsql-operator -p haltsql --bins
+	hack/cluster.sh up full
+	HALTSQL_E2E_PROVIDER=local $(CARGO) test -p haltsql-operator --test e2e -- --nocapture
