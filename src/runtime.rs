@@ -381,23 +381,30 @@ async fn run_scope(
                 }
             });
 
-    let report_ready = {
+    // The controllers start only after every store of the scope has synced,
+    // and this is the only task that waits for that. A kube 5 store wakes
+    // just one of several concurrent `wait_until_ready` callers (its
+    // DelayedInit keeps a single waker), so a reconcile or a controller's own
+    // startup waiting alongside could hang for good. Once synced, every later
+    // wait returns at once.
+    let run = {
         let ctx = ctx.clone();
         let readiness = readiness.clone();
+        let shutdown = shutdown.clone();
         async move {
-            if ctx.wait_for_stores().await {
-                readiness.scopes_synced.fetch_add(1, Ordering::SeqCst);
+            tokio::select! {
+                synced = ctx.wait_for_stores() => if !synced { return },
+                _ = shutdown => return,
             }
-            futures::future::pending::<()>().await
+            readiness.scopes_synced.fetch_add(1, Ordering::SeqCst);
+            futures::future::join(policy_controller, server_controller).await;
         }
     };
 
     let watches = stream::iter(drivers).for_each_concurrent(None, |driver| driver);
-    let controllers = futures::future::join(policy_controller, server_controller);
     tokio::select! {
-        _ = controllers => {}
+        _ = run => {}
         _ = watches => warn!("watch streams ended"),
-        _ = report_ready => {}
     }
     // Keep the senders alive for the controllers' whole life.
     drop((requeue_server, requeue_policy));

@@ -143,7 +143,9 @@ impl Options {
             namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
             leader_election_namespace: None,
             haltsql_binary: support::haltsql_bin(),
-            rust_log: "info,haltsql_operator=debug".to_owned(),
+            // HALTSQL_TEST_OPERATOR_LOG overrides the operator's RUST_LOG when debugging.
+            rust_log: std::env::var("HALTSQL_TEST_OPERATOR_LOG")
+                .unwrap_or_else(|_| "info,haltsql_operator=debug".to_owned()),
             extra_args: Vec::new(),
         }
     }
@@ -289,10 +291,14 @@ impl Drop for OperatorProcess {
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
+            // The whole log outlives the test's temporary directory.
+            let kept = std::env::temp_dir().join(format!("haltsql-operator-{}.log", self.pid()));
+            let _ = std::fs::copy(&self.log_path, &kept);
             eprintln!(
-                "---- operator {} logs ----\n{}",
+                "---- operator {} logs (all in {}) ----\n{}",
                 self.pid(),
-                tail(&self.logs(), 80)
+                kept.display(),
+                tail(&self.logs(), 40)
             );
         }
     }
