@@ -25,8 +25,11 @@ else
   echo ">> haltsql's verify_bench example does not build; scenario 5 is skipped" >&2
 fi
 
+# Capture first: `status | grep -q` under pipefail can fail on SIGPIPE and
+# make a running (shared) cluster look stopped, which would stop it at the end.
 started=0
-if ! hack/cluster.sh status full | grep -q 'kube-apiserver: running'; then
+cluster_status="$(hack/cluster.sh status full)"
+if ! grep -q 'kube-apiserver: running' <<<"$cluster_status"; then
   started=1
   hack/cluster.sh up full
 fi
