@@ -78,7 +78,7 @@ demo: ## Local cluster + operator + config/samples: shows Valid/Synced/Ready and
 	hack/demo.sh
 
 .PHONY: e2e
-e2e: ## The end-to-end test on kind (needs Docker and kind; HALTSQL_IMAGE=<haltsql image>, HALTSQL_E2E_KEEP_CLUSTER=1).
+e2e: tools ## The end-to-end test on kind (needs Docker and kind; HALTSQL_IMAGE=<haltsql image>, HALTSQL_E2E_KEEP_CLUSTER=1).
 	HALTSQL_E2E_PROVIDER=kind $(CARGO) test -p haltsql-operator --test e2e -- --nocapture
 
 .PHONY: e2e-local
