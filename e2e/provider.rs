@@ -68,6 +68,10 @@ impl Provider {
                 }
             }
             Kind::Kind => {
+                for tool in ["docker", "kind", "make"] {
+                    let found = Command::new(tool).arg("version").output().is_ok();
+                    assert!(found, "HALTSQL_E2E_PROVIDER=kind needs `{tool}` on PATH");
+                }
                 let (operator_image, haltsql_image) = kind_images();
                 let kubeconfig = kind_cluster(dir);
                 for image in [&operator_image, &haltsql_image] {
