@@ -24,7 +24,7 @@ metadata:
   name: haltsql-tokens
   namespace: NAMESPACE
 stringData:
-  orders-agent.sha256: SECRET_VALUE
+  orders-agent.sha256: "SECRET_VALUE"
 "#;
 
 pub const QUICKSTART_POLICY: &str = r#"
