@@ -400,7 +400,7 @@ pub fn render(
     }
     let doc = config::config_doc(spec, entries, &mut mounts)?;
     let header = format!(
-        "# Rendered by {MANAGED_BY} from HaltSQLServer {}{name}. Do not edit: changes are overwritten.\n",
+        "# Rendered by {MANAGED_BY} from HaltSQLServer {}{name}. Edit the HaltSQLServer or its HaltSQLPolicies instead: the next change to them replaces this file.\n",
         srv.namespace.map(|n| format!("{n}/")).unwrap_or_default()
     );
     files.insert(
