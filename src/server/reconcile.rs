@@ -13,7 +13,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::{Instrument, debug, info_span, warn};
 
 use super::apply::{self, Plan};
 use super::events::transition_events;
@@ -254,7 +254,6 @@ async fn render_and_apply(
         apply::apply(&config_maps, &config_map, &ctx.metrics).await?;
     }
     if deployment_plan == Plan::Apply {
-        info!(checksum = %checksum, "applying Deployment");
         apply::apply(&deployments, &deployment, &ctx.metrics).await?;
     }
     if service_plan == Plan::Apply {
