@@ -822,14 +822,26 @@ async fn main() -> Result<()> {
     let t0 = op.started;
     let ready_at = op.wait_ready(Duration::from_secs(120)).await?;
     let n = layout.total_policies();
-    let valid_at = w
-        .until("every policy Valid", sizes.timeout, |w| {
-            population(w).0 == n
+    let m = layout.total_servers();
+    let (mut valid_at, mut applied_at) = (None, None);
+    let converged_at = w
+        .until("cold convergence", sizes.timeout, |w| {
+            let now = Instant::now();
+            if valid_at.is_none() && population(w).0 == n {
+                valid_at = Some(now);
+            }
+            let deployments = w.deployments.objects(OP_PREFIX);
+            if applied_at.is_none()
+                && deployments.len() == m
+                && deployments.iter().all(|d| checksum_of(d).is_some())
+            {
+                applied_at = Some(now);
+            }
+            converged(w, &layout)
         })
         .await?;
-    let converged_at = w
-        .until("cold convergence", sizes.timeout, |w| converged(w, &layout))
-        .await?;
+    let valid_at = valid_at.unwrap_or(converged_at);
+    let applied_at = applied_at.unwrap_or(converged_at);
     let convergence = converged_at - t0;
     let cpu_cold = op.sample();
     let m_cold = op.metrics().await?;
@@ -893,8 +905,8 @@ async fn main() -> Result<()> {
     let ready2 = op2.wait_ready(Duration::from_secs(300)).await?;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let m_restart1 = op2.metrics().await?;
-    let restart_writes = m_restart1.sum("haltsql_operator_api_writes_total");
-    let restart_validator = m_restart1.sum("haltsql_operator_validator_runs_total");
+    let restart_writes = m_restart1.sum("haltsql_operator_api_writes_total") as u64;
+    let restart_validator = m_restart1.sum("haltsql_operator_validator_runs_total") as u64;
     let edits2 = sizes.edits.min(10);
     let (edit_lat2, edit_missed2) = run_edits(&client, &w, &layout, sizes.edits, edits2).await?;
     w.until("convergence after the edits", sizes.timeout, |w| {
@@ -917,10 +929,6 @@ async fn main() -> Result<()> {
         None => None,
     };
 
-    if !args.keep {
-        eprintln!("bench: deleting the benchmark namespaces (in the background)");
-        delete_namespaces(&client, false).await?;
-    }
     let load_end = loadavg();
 
     // The table.
@@ -934,6 +942,12 @@ async fn main() -> Result<()> {
         "1 cold",
         format!("operator: start -> all {n} policies Valid"),
         secs(valid_at - t0),
+        "",
+    );
+    t.add(
+        "1 cold",
+        format!("operator: start -> all {m} Deployments applied"),
+        secs(applied_at - t0),
         "",
     );
     t.add(
@@ -1147,6 +1161,15 @@ async fn main() -> Result<()> {
     println!("load average at start {load_start}, at end {load_end}");
     println!();
     print!("{table}");
+    println!(
+        "\ncold start writes: {}",
+        m_cold
+            .series("haltsql_operator_api_writes_total")
+            .iter()
+            .map(|(l, v)| format!("{l} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     if idle.rv_changes > 0 || idle.writes > 0.0 {
         println!(
             "\nidle writes: {:?}; last changes seen: {:?}",
@@ -1176,6 +1199,9 @@ async fn main() -> Result<()> {
         "cold_convergence": {
             "ready_seconds": d(ready_at),
             "all_valid_seconds": d(valid_at - t0),
+            "all_deployments_applied_seconds": d(applied_at - t0),
+            "api_writes_by_kind": m_cold.series("haltsql_operator_api_writes_total")
+                .iter().map(|(l, v)| format!("{l} {v}")).collect::<Vec<_>>(),
             "converged_seconds": d(convergence),
             "validator_runs": m_cold.sum("haltsql_operator_validator_runs_total"),
             "api_writes": m_cold.sum("haltsql_operator_api_writes_total"),
@@ -1249,5 +1275,11 @@ async fn main() -> Result<()> {
     let path = args.out_dir.join("results.json");
     std::fs::write(&path, serde_json::to_string_pretty(&results)?)?;
     println!("\nresults: {}", path.display());
+    if !args.keep {
+        eprintln!("bench: deleting the benchmark namespaces (in the background)");
+        if let Err(error) = delete_namespaces(&client, false).await {
+            eprintln!("bench: could not delete the benchmark namespaces: {error:#}");
+        }
+    }
     Ok(())
 }

@@ -233,7 +233,8 @@ pub struct Metrics(pub String);
 impl Metrics {
     /// Sum of every series of `name`.
     pub fn sum(&self, name: &str) -> f64 {
-        self.series(name).iter().map(|(_, v)| v).sum()
+        // `+ 0.0`: an empty f64 sum is -0.0.
+        self.series(name).iter().map(|(_, v)| v).sum::<f64>() + 0.0
     }
 
     /// `(labels, value)` of every series of `name`.
