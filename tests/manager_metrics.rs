@@ -201,8 +201,9 @@ async fn metrics_serve_the_documented_series_with_real_values_after_a_reconcile(
     let lines = operator.log_lines();
     let applying = lines
         .iter()
-        .find(|l| l["message"] == "applying Deployment")
-        .unwrap_or_else(|| panic!("no 'applying Deployment' line:\n{logs}"));
+        .find(|l| l["message"] == "applied" && l["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("no 'applied' Deployment line:\n{logs}"));
+    assert_eq!(applying["object"], "haltsql");
     assert_eq!(applying["namespace"], ns.name.as_str());
     assert_eq!(applying["name"], "haltsql");
     assert_eq!(applying["controller"], "haltsqlserver");

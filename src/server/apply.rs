@@ -86,7 +86,9 @@ where
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&desired.name_any(), &params, &Patch::Apply(desired))
         .await?;
-    metrics.write(&K::kind(&Default::default()), "apply");
+    let kind = K::kind(&Default::default());
+    tracing::info!(%kind, object = %desired.name_any(), "applied");
+    metrics.write(&kind, "apply");
     Ok(())
 }
 
