@@ -86,7 +86,7 @@ where
     let params = PatchParams::apply(FIELD_MANAGER).force();
     api.patch(&desired.name_any(), &params, &Patch::Apply(desired))
         .await?;
-    let kind = K::kind(&Default::default());
+    let kind = K::kind(&Default::default()).into_owned();
     tracing::info!(%kind, object = %desired.name_any(), "applied");
     metrics.write(&kind, "apply");
     Ok(())
