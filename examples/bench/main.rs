@@ -845,6 +845,7 @@ async fn main() -> Result<()> {
     let convergence = converged_at - t0;
     let cpu_cold = op.sample();
     let m_cold = op.metrics().await?;
+    std::fs::write(args.out_dir.join("operator-1.cold.metrics"), &m_cold.0)?;
     eprintln!("bench: converged in {}", secs(convergence));
 
     // 2. Edit latency.
@@ -869,10 +870,28 @@ async fn main() -> Result<()> {
         .copied()
         .unwrap_or_default();
     let fp1 = footprint(&op, idle_from);
+    std::fs::write(
+        args.out_dir.join("operator-1.end.metrics"),
+        &op.metrics().await?.0,
+    )?;
     let idle_cpu = fp1.cpu_s - cpu_idle_start.cpu_s;
     op.stop().await?;
 
-    // 4. Footprint with unrelated objects in the watched namespaces.
+    // 4. Footprint: first a restart without unrelated objects (the baseline
+    // for the same population), then with them in the watched namespaces.
+    eprintln!("bench: restarting the operator (baseline for scenario 4)");
+    let mut op_base = Operator::start(
+        &args.operator_bin,
+        &args.haltsql_bin,
+        &args.kubeconfig,
+        &op_namespaces,
+        args.out_dir.join("operator-baseline.log"),
+    )?;
+    op_base.wait_ready(Duration::from_secs(300)).await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    op_base.check_alive()?;
+    let fp_base = footprint(&op_base, op_base.started.elapsed() - Duration::from_secs(5));
+    op_base.stop().await?;
     eprintln!(
         "bench: creating {} unrelated ConfigMaps and {} unrelated Deployments",
         sizes.unrelated_config_maps, sizes.unrelated_deployments
@@ -1076,6 +1095,12 @@ async fn main() -> Result<()> {
     );
     t.add(
         "4 footprint",
+        "restart without unrelated objects, 10 s after /readyz: peak / steady RSS",
+        format!("{} / {}", mib(fp_base.peak_kib), mib(fp_base.steady_kib)),
+        "",
+    );
+    t.add(
+        "4 footprint",
         format!(
             "with {} ConfigMaps + {} Deployments unrelated: peak / steady RSS",
             sizes.unrelated_config_maps, sizes.unrelated_deployments
@@ -1242,6 +1267,11 @@ async fn main() -> Result<()> {
                 "cpu_seconds_edits": cpu_edits.cpu_s - cpu_cold.cpu_s,
                 "cpu_seconds_idle": idle_cpu,
                 "validator_children_cpu_seconds": fp1.children_cpu_s,
+            },
+            "restart_baseline": {
+                "peak_rss_mib": fp_base.peak_kib as f64 / 1024.0,
+                "steady_rss_mib": fp_base.steady_kib as f64 / 1024.0,
+                "cpu_seconds": fp_base.cpu_s,
             },
             "with_unrelated": {
                 "unrelated_created_seconds": d(unrelated_created),
