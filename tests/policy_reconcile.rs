@@ -713,6 +713,13 @@ async fn a_policy_the_server_stops_referencing_becomes_not_referenced() {
     f.complete_rollout("hs").await;
     f.wait_for("orders", "Synced", "True", "Synced").await;
 
+    let first_generation = f
+        .deployments
+        .get("hs")
+        .await
+        .expect("deployment")
+        .metadata
+        .generation;
     // The server switches to "other" (its token follows). No resync within
     // the wait: only the server watch can tell "orders".
     let patch = serde_json::json!({"spec": {
@@ -730,6 +737,12 @@ async fn a_policy_the_server_stops_referencing_becomes_not_referenced() {
     f.wait_for("orders", "Synced", "False", "NotReferenced")
         .await;
     f.wait_for("other", "Synced", "False", "RollingOut").await;
+    // Play the Deployment controller only once the new spec has been applied.
+    eventually("the new Deployment spec", WAIT, || async {
+        let generation = f.deployments.get("hs").await.ok()?.metadata.generation;
+        (generation > first_generation).then_some(())
+    })
+    .await;
     f.complete_rollout("hs").await;
     f.wait_for("other", "Synced", "True", "Synced").await;
     f.operator.stop().await;
