@@ -133,6 +133,16 @@ impl Fixture {
             .expect("deployment status");
     }
 
+    /// Waits until the server applied a new Deployment spec: playing the
+    /// Deployment controller before that would complete the old one.
+    async fn wait_for_new_deployment_spec(&self, name: &str, previous: Option<i64>) {
+        eventually("the new Deployment spec", WAIT, || async {
+            let generation = self.deployments.get(name).await.ok()?.metadata.generation;
+            (generation > previous).then_some(())
+        })
+        .await;
+    }
+
     async fn edit_policy(&self, name: &str, document: &str) {
         let patch = serde_json::json!({"spec": {"policy": document}});
         self.policies
@@ -459,6 +469,13 @@ async fn synced_follows_the_servers_rollouts() {
         ("orders-agent", first_hash.as_str())
     );
 
+    let first_generation = f
+        .deployments
+        .get("hs")
+        .await
+        .expect("deployment")
+        .metadata
+        .generation;
     // An edit: valid again at once, but not synced until the server rolls it out.
     f.edit_policy(
         "orders",
@@ -473,6 +490,7 @@ async fn synced_follows_the_servers_rollouts() {
     );
     assert_ne!(status.content_hash.as_deref(), Some(first_hash.as_str()));
 
+    f.wait_for_new_deployment_spec("hs", first_generation).await;
     f.complete_rollout("hs").await;
     let policy = f.wait_for("orders", "Synced", "True", "Synced").await;
     assert_ne!(
@@ -737,12 +755,7 @@ async fn a_policy_the_server_stops_referencing_becomes_not_referenced() {
     f.wait_for("orders", "Synced", "False", "NotReferenced")
         .await;
     f.wait_for("other", "Synced", "False", "RollingOut").await;
-    // Play the Deployment controller only once the new spec has been applied.
-    eventually("the new Deployment spec", WAIT, || async {
-        let generation = f.deployments.get("hs").await.ok()?.metadata.generation;
-        (generation > first_generation).then_some(())
-    })
-    .await;
+    f.wait_for_new_deployment_spec("hs", first_generation).await;
     f.complete_rollout("hs").await;
     f.wait_for("other", "Synced", "True", "Synced").await;
     f.operator.stop().await;
