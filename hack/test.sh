@@ -27,7 +27,10 @@ export HALTSQL_BIN="${HALTSQL_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/halts
 
 # Clusters this run starts are stopped at the end; ones already running are reused.
 for mode in full envtest; do
-  if ! hack/cluster.sh status "$mode" | grep -q 'kube-apiserver: running'; then started+=("$mode"); fi
+  # Capture first: under pipefail, grep -q closing the pipe early would make a
+  # running cluster look stopped (and this run would stop it at the end).
+  cluster_status=$(hack/cluster.sh status "$mode")
+  if [[ $cluster_status != *"kube-apiserver: running"* ]]; then started+=("$mode"); fi
   hack/cluster.sh up "$mode"
 done
 for mode in full envtest; do
