@@ -274,6 +274,8 @@ async fn run_scope(
         metrics.clone(),
     ));
 
+    let synced_inputs = Arc::new(SyncedInputs::default());
+
     // A deleted policy changes what its servers render; a deleted server changes
     // its policies' Synced; a deleted owned object must be re-created at once.
     let drivers = {
@@ -285,7 +287,9 @@ async fn run_scope(
             }
         };
         let to_policies = requeue_policy.clone();
+        let synced_inputs = synced_inputs.clone();
         let server_deleted = move |server: &HaltSQLServer| {
+            synced_inputs.forget(server);
             for policy in policy::policies_referenced_by(server) {
                 let _ = to_policies.unbounded_send(policy);
             }
@@ -346,9 +350,17 @@ async fn run_scope(
         Controller::for_shared_stream(policies_for_policy_controller, policies.reader.clone())
             .watches_shared_stream(servers_for_policy_controller, {
                 // A policy a server just dropped is not in its spec any more,
-                // but still in its appliedPolicies: requeue both.
+                // but still in its appliedPolicies: requeue both. Only when
+                // those changed, though: most server writes (replica counts,
+                // conditions) say nothing about a policy's Synced.
                 let policies = policies.reader.clone();
-                move |server| policy::policies_affected_by(&server, &policies).collect::<Vec<_>>()
+                let synced_inputs = synced_inputs.clone();
+                move |server| {
+                    if !synced_inputs.changed(&server) {
+                        return Vec::new();
+                    }
+                    policy::policies_affected_by(&server, &policies).collect::<Vec<_>>()
+                }
             })
             .reconcile_on(deleted_for_policies)
             .with_config(controller_config.clone())
@@ -409,6 +421,47 @@ async fn run_scope(
     // Keep the senders alive for the controllers' whole life.
     drop((requeue_server, requeue_policy));
     Ok(())
+}
+
+/// What a policy's `Synced` reads from each server (the policies it
+/// references and its appliedPolicies), as last seen, so that server events
+/// that change neither requeue no policy.
+#[derive(Default)]
+struct SyncedInputs {
+    last_seen: std::sync::Mutex<std::collections::HashMap<ObjectRef<HaltSQLServer>, u64>>,
+}
+
+impl SyncedInputs {
+    /// Records the server's inputs; true if they differ from the last seen.
+    fn changed(&self, server: &HaltSQLServer) -> bool {
+        use std::hash::Hasher;
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for reference in &server.spec.policies {
+            hasher.write(reference.name.as_bytes());
+            hasher.write_u8(0);
+        }
+        hasher.write_u8(1);
+        if let Some(applied) = server
+            .status
+            .as_ref()
+            .and_then(|s| s.applied_policies.as_ref())
+        {
+            for policy in applied {
+                hasher.write(policy.name.as_bytes());
+                hasher.write_u8(0);
+                hasher.write(policy.content_hash.as_bytes());
+                hasher.write_u8(0);
+            }
+        }
+        let fingerprint = hasher.finish();
+        let mut last_seen = self.last_seen.lock().unwrap_or_else(|e| e.into_inner());
+        last_seen.insert(ObjectRef::from_obj(server), fingerprint) != Some(fingerprint)
+    }
+
+    fn forget(&self, server: &HaltSQLServer) {
+        let mut last_seen = self.last_seen.lock().unwrap_or_else(|e| e.into_inner());
+        last_seen.remove(&ObjectRef::from_obj(server));
+    }
 }
 
 /// Owned objects of any kind, for the delete hook.
