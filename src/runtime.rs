@@ -158,6 +158,11 @@ where
     .boxed()
 }
 
+/// The caches never read managedFields, often the largest part of an object.
+fn forget_managed_fields<K: Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
 fn watch_full<K>(
     client: &Client,
     namespace: Option<&str>,
@@ -176,6 +181,7 @@ where
 {
     watcher(scoped_api::<K>(client, namespace), config)
         .default_backoff()
+        .modify(forget_managed_fields)
         .reflect_shared(shared)
 }
 
@@ -203,6 +209,7 @@ where
         config,
     )
     .default_backoff()
+    .modify(forget_managed_fields)
     .reflect_shared(shared)
 }
 
