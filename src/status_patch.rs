@@ -11,14 +11,6 @@ use serde::de::DeserializeOwned;
 
 use crate::metrics::Metrics;
 
-#[derive(Debug, thiserror::Error)]
-pub enum StatusPatchError {
-    #[error("serializing status: {0}")]
-    Serialize(#[from] serde_json::Error),
-    #[error("writing status: {0}")]
-    Kube(#[from] kube::Error),
-}
-
 /// A merge patch of the status subresource carrying the resourceVersion that
 /// was read, so a concurrent change fails with 409 instead of being
 /// overwritten. Fields the new status drops are sent as `null`, since a merge
@@ -29,15 +21,16 @@ pub async fn patch_status<K, S>(
     old: Option<&S>,
     new: &S,
     metrics: &Metrics,
-) -> Result<(), StatusPatchError>
+) -> Result<(), kube::Error>
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
     K::DynamicType: Default,
     S: Serialize,
 {
-    let mut body = serde_json::to_value(new)?;
+    let mut body = serde_json::to_value(new).map_err(kube::Error::SerdeError)?;
     if let (Some(new), Some(old)) = (body.as_object_mut(), old)
-        && let serde_json::Value::Object(old) = serde_json::to_value(old)?
+        && let serde_json::Value::Object(old) =
+            serde_json::to_value(old).map_err(kube::Error::SerdeError)?
     {
         for key in old.keys() {
             new.entry(key.clone()).or_insert(serde_json::Value::Null);

@@ -67,6 +67,30 @@ async fn ready_pods(pods: &Api<Pod>) -> i32 {
         .count() as i32
 }
 
+/// The quick-start policy (with `columns`) and server "hs", once the server is Ready.
+async fn create_ready_quick_start(
+    policies: &Api<HaltSQLPolicy>,
+    servers: &Api<HaltSQLServer>,
+    columns: &[&str],
+) {
+    let document = support::quick_start_policy_document(columns);
+    policies
+        .create(
+            &PostParams::default(),
+            &support::policy_object("orders", &document),
+        )
+        .await
+        .unwrap();
+    servers
+        .create(
+            &PostParams::default(),
+            &support::quick_start_server("hs", "orders"),
+        )
+        .await
+        .unwrap();
+    wait_condition(servers, "hs", "Ready", "True", "Ready").await;
+}
+
 async fn setup(
     prefix: &str,
     rollout_deadline: Duration,
@@ -212,22 +236,7 @@ async fn pods_that_never_become_ready_give_rollout_failed() {
     let policies: Api<HaltSQLPolicy> = Api::namespaced(client.clone(), &ns.name);
     let servers: Api<HaltSQLServer> = Api::namespaced(client.clone(), &ns.name);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let document = support::quick_start_policy_document(&["id"]);
-    policies
-        .create(
-            &PostParams::default(),
-            &support::policy_object("orders", &document),
-        )
-        .await
-        .unwrap();
-    servers
-        .create(
-            &PostParams::default(),
-            &support::quick_start_server("hs", "orders"),
-        )
-        .await
-        .unwrap();
-    wait_condition(&servers, "hs", "Ready", "True", "Ready").await;
+    create_ready_quick_start(&policies, &servers, &["id"]).await;
 
     // New pods that can never be scheduled stand in for pods that never get ready.
     servers
@@ -254,22 +263,7 @@ async fn deleting_the_server_garbage_collects_everything() {
     let (client, ns, _operator) = setup("cl-gc", Duration::from_secs(180)).await;
     let policies: Api<HaltSQLPolicy> = Api::namespaced(client.clone(), &ns.name);
     let servers: Api<HaltSQLServer> = Api::namespaced(client.clone(), &ns.name);
-    let document = support::quick_start_policy_document(&["id"]);
-    policies
-        .create(
-            &PostParams::default(),
-            &support::policy_object("orders", &document),
-        )
-        .await
-        .unwrap();
-    servers
-        .create(
-            &PostParams::default(),
-            &support::quick_start_server("hs", "orders"),
-        )
-        .await
-        .unwrap();
-    wait_condition(&servers, "hs", "Ready", "True", "Ready").await;
+    create_ready_quick_start(&policies, &servers, &["id"]).await;
 
     support::delete_ignoring_missing(&servers, "hs").await;
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);

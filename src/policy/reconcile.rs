@@ -53,7 +53,7 @@ use crate::api::{
 use crate::context::{Context, object_key};
 use crate::metrics::ControllerKind;
 use crate::render;
-use crate::status_patch::{StatusPatchError, patch_status};
+use crate::status_patch::patch_status;
 
 /// How soon a conflicting write is retried. The watch usually delivers the
 /// newer object (and a reconcile) before that.
@@ -67,17 +67,6 @@ pub enum Error {
     NotNamespaced,
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("serializing status: {0}")]
-    Serialize(#[from] serde_json::Error),
-}
-
-impl From<StatusPatchError> for Error {
-    fn from(error: StatusPatchError) -> Self {
-        match error {
-            StatusPatchError::Serialize(e) => Error::Serialize(e),
-            StatusPatchError::Kube(e) => Error::Kube(e),
-        }
-    }
 }
 
 impl Error {

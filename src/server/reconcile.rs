@@ -23,7 +23,7 @@ use crate::api::{AppliedPolicy, HaltSQLServer};
 use crate::context::{Context, object_key};
 use crate::metrics::ControllerKind;
 use crate::render::{self, PolicyInput, Rendered, SPEC_HASH_ANNOTATION};
-use crate::status_patch::{StatusPatchError, patch_status};
+use crate::status_patch::patch_status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -33,17 +33,6 @@ pub enum Error {
     NoUid,
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
-    #[error("serializing status: {0}")]
-    Serialize(#[from] serde_json::Error),
-}
-
-impl From<StatusPatchError> for Error {
-    fn from(error: StatusPatchError) -> Self {
-        match error {
-            StatusPatchError::Serialize(e) => Error::Serialize(e),
-            StatusPatchError::Kube(e) => Error::Kube(e),
-        }
-    }
 }
 
 impl Error {
