@@ -122,22 +122,7 @@ async fn a_policy_edit_rolls_out_without_losing_ready_pods() {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
 
-    let document = support::quick_start_policy_document(&["id", "status", "total_cents"]);
-    policies
-        .create(
-            &PostParams::default(),
-            &support::policy_object("orders", &document),
-        )
-        .await
-        .unwrap();
-    servers
-        .create(
-            &PostParams::default(),
-            &support::quick_start_server("hs", "orders"),
-        )
-        .await
-        .unwrap();
-    wait_condition(&servers, "hs", "Ready", "True", "Ready").await;
+    create_ready_quick_start(&policies, &servers, &["id", "status", "total_cents"]).await;
     wait_condition(&policies, "orders", "Synced", "True", "Synced").await;
     assert_eq!(ready_pods(&pods).await, 2);
     let first_hash = policies
