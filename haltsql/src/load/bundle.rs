@@ -9,7 +9,7 @@ use ed25519_dalek::pkcs8::DecodePublicKey as _;
 use super::Session;
 use super::config::{Secret, abs_path, bucket, region, url};
 use super::names::is_dns1123_subdomain;
-use super::walk::{Doc, Str, index, join};
+use super::walk::{Doc, Map, Str, index, join};
 use super::yaml::Node;
 
 /// Smallest `poll_interval_seconds`.
@@ -341,6 +341,33 @@ const CREDENTIAL_KEYS: &[(&str, &[&str])] = &[
     ("instance", &["source"]),
 ];
 
+/// The connection settings an S3 bundle source and an S3 audit sink share.
+pub(crate) struct S3Access {
+    pub region: Option<String>,
+    pub endpoint: Option<String>,
+    /// `None` when `credentials` is present but wrong (already reported).
+    pub credentials: Option<S3Credentials>,
+}
+
+/// `region`, `endpoint` and `credentials` (default: from the environment).
+pub(crate) fn parse_s3_access(doc: &mut Doc<'_>, m: &Map<'_>, path: &str) -> S3Access {
+    let region = m
+        .get("region")
+        .and_then(|n| region(doc, n, &join(path, "region")));
+    let endpoint = m
+        .get("endpoint")
+        .and_then(|n| url(doc, n, &join(path, "endpoint"), &["https", "http"]));
+    let credentials = match m.get("credentials") {
+        None => Some(S3Credentials::Env),
+        Some(n) => parse_s3_credentials(doc, n, &join(path, "credentials")),
+    };
+    S3Access {
+        region,
+        endpoint,
+        credentials,
+    }
+}
+
 /// `credentials: {source: env|static|web_identity|instance, ...}`.
 pub(crate) fn parse_s3_credentials(
     doc: &mut Doc<'_>,
@@ -658,16 +685,11 @@ fn parse_location(
                 }
                 Some(s.value)
             });
-            let r = m
-                .get("region")
-                .and_then(|n| region(doc, n, &join(path, "region")));
-            let endpoint = m
-                .get("endpoint")
-                .and_then(|n| url(doc, n, &join(path, "endpoint"), &["https", "http"]));
-            let credentials = match m.get("credentials") {
-                None => Some(S3Credentials::Env),
-                Some(n) => parse_s3_credentials(doc, n, &join(path, "credentials")),
-            };
+            let S3Access {
+                region: r,
+                endpoint,
+                credentials,
+            } = parse_s3_access(doc, &m, path);
             Some(BundleLocation::S3 {
                 bucket: b?,
                 key: key?,

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 
 use super::Session;
 use super::bundle::{
-    BundleSource, Prefix, S3Credentials, SourceAuth, check_url, parse_auth, parse_bundle_source,
-    parse_s3_credentials,
+    BundleSource, Prefix, S3Access, S3Credentials, SourceAuth, check_url, parse_auth,
+    parse_bundle_source, parse_s3_access,
 };
 use super::names::is_dns1123_subdomain;
 use super::policy::LoadedPolicy;
@@ -1312,16 +1312,11 @@ fn parse_sink(
                 .get("prefix")
                 .and_then(|n| doc.nonempty(n, &join(path, "prefix")))
                 .map(|s| s.value);
-            let region = m
-                .get("region")
-                .and_then(|n| region(doc, n, &join(path, "region")));
-            let endpoint = m
-                .get("endpoint")
-                .and_then(|n| url(doc, n, &join(path, "endpoint"), &["https", "http"]));
-            let credentials = match m.get("credentials") {
-                None => Some(S3Credentials::Env),
-                Some(n) => parse_s3_credentials(doc, n, &join(path, "credentials")),
-            };
+            let S3Access {
+                region,
+                endpoint,
+                credentials,
+            } = parse_s3_access(doc, &m, path);
             Some(AuditSink::S3 {
                 bucket: bucket?,
                 prefix,
