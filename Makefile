@@ -55,10 +55,19 @@ cluster-up: tools ## Start the full local cluster (kubeconfig: .cluster/kubeconf
 cluster-up-envtest: tools ## Start etcd + kube-apiserver only (kubeconfig: .cluster/envtest/kubeconfig).
 	hack/cluster.sh up envtest
 
+.PHONY: cluster-up-node
+cluster-up-node: tools ## Start the control plane with a real node (root; kubeconfig: .cluster/node/kubeconfig).
+	hack/cluster.sh up node
+
 .PHONY: cluster-down
-cluster-down: ## Stop both local clusters and remove their state.
+cluster-down: ## Stop every local cluster (full, envtest, node) and remove their state.
 	hack/cluster.sh down full
 	hack/cluster.sh down envtest
+	hack/cluster.sh down node
+
+.PHONY: cluster-check-clean
+cluster-check-clean: ## Fail if a node run left a process, mount, interface, rule or cgroup behind.
+	hack/cluster.sh check-clean node
 
 .PHONY: lint
 lint: ## cargo fmt --check and clippy with warnings as errors.
