@@ -116,18 +116,18 @@ cgroup_pids() { # pids of every process in the node's cgroups
 
 in_our_cgroup() { grep -q ":/$cgroup_root/" "/proc/$1/cgroup" 2>/dev/null; }
 
-# Kills containerd's shims (by the pids containerd recorded) and every process
-# in the node's cgroups (the containers and sandboxes): after a killed run they
-# outlive containerd and the kubelet.
+# Kills containerd's shims and every process in the node's cgroups (the
+# containers and sandboxes): after a killed run they outlive containerd and the
+# kubelet. A shim is ours when it runs the shim binary in a bundle directory
+# under our containerd state (its shim.pid may be gone with a stopped sandbox).
 kill_workloads() {
-  local f pid shim
+  local pid shim cwd
   shim=$(command -v containerd-shim-runc-v2 || echo /usr/bin/containerd-shim-runc-v2)
-  if [ -d "$ctrd_dir/state" ]; then
-    while IFS= read -r f; do
-      pid=$(cat "$f" 2>/dev/null) || continue
-      if owned "$pid" "$shim"; then kill -KILL "$pid" 2>/dev/null || true; fi
-    done < <(find "$ctrd_dir/state" -name shim.pid 2>/dev/null)
-  fi
+  for pid in $(ls /proc | grep -E '^[0-9]+$'); do
+    owned "$pid" "$shim" || continue
+    cwd=$(readlink "/proc/$pid/cwd" 2>/dev/null) || continue
+    if [[ $cwd == "$ctrd_dir/state/"* ]]; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
   for _ in $(seq 1 50); do
     local left=0
     for pid in $(cgroup_pids); do
@@ -184,6 +184,18 @@ remove_chains() {
   done
 }
 
+# iptables-nft creates its tables on first use; the ones that did not exist
+# before the node and hold no rule any more are deleted.
+remove_new_nft_tables() {
+  command -v nft >/dev/null && [ -f "$state/host-nft-tables" ] || return 0
+  local family name
+  while read -r _ family name; do
+    grep -qx "table $family $name" "$state/host-nft-tables" && continue
+    nft -j list table "$family" "$name" 2>/dev/null | grep -q '"rule"' && continue
+    nft delete table "$family" "$name" 2>/dev/null || true
+  done < <(nft list tables 2>/dev/null)
+}
+
 restore_sysctls() {
   [ -f "$state/host-sysctls" ] || return 0
   local key value
@@ -209,6 +221,7 @@ node_teardown() {
   if [ -x "$bin/kube-proxy" ]; then "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true; fi
   remove_chains iptables
   remove_chains ip6tables
+  remove_new_nft_tables
   local d
   for d in $(cgroup_dirs); do
     find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
@@ -244,6 +257,7 @@ node_prepare() {
   for p in "${node_sysctls[@]}"; do
     printf '%s %s\n' "$p" "$(sysctl -n "$p" 2>/dev/null)"
   done | awk 'NF == 2' >"$state/host-sysctls"
+  if command -v nft >/dev/null; then nft list tables >"$state/host-nft-tables" 2>/dev/null || true; fi
   ip addr add "$node_ip/32" dev lo 2>/dev/null || ip addr show dev lo | grep -q " $node_ip/32 "
 }
 
@@ -441,7 +455,7 @@ node_up() {
   # cpuset starts with no CPUs, so it inherits the root's.
   for d in /sys/fs/cgroup/*/; do
     ctl=$(basename "$d")
-    case "$ctl" in unified | systemd) continue ;; esac
+    [ "$ctl" = unified ] && continue
     [ -f "$d/cgroup.procs" ] || continue
     mkdir -p "$d/$cgroup_root"
   done
