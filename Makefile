@@ -39,6 +39,10 @@ install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image
 
 HALTSQL_IMG ?= haltsql:dev
 
+.PHONY: images
+images: tools ## Build the haltsql and operator images as archives in .cache/images (no Docker needed).
+	hack/images.sh
+
 .PHONY: docker-build-haltsql
 docker-build-haltsql: ## Build the haltsql image HALTSQL_IMG from ./haltsql (needs Docker).
 	docker build -f haltsql/Dockerfile -t "$(HALTSQL_IMG)" .

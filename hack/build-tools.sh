@@ -63,6 +63,8 @@ build kubernetes "$(k8s_ldflags)" \
 build etcd "-X go.etcd.io/etcd/api/v3/version.GitSHA=v3.6.8" go.etcd.io/etcd/server/v3
 build kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0" sigs.k8s.io/kwok/cmd/kwok
 build helm "-X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/internal/version.gitTreeState=clean" helm.sh/helm/v3/cmd/helm
+# Our own image packer (go-containerregistry): images without Docker or a registry.
+build oci-image "" .
 
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
 kwok_dir=$(cd "$root/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
