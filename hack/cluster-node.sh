@@ -282,6 +282,14 @@ node_pki() {
   node_cert kube-proxy "/CN=system:kube-proxy" 'extendedKeyUsage=clientAuth'
 }
 
+# write_file PATH < CONTENT: replaces PATH only when the content differs, since
+# kube-proxy exits when its configuration file changes.
+write_file() {
+  local tmp="$1.tmp"
+  cat >"$tmp"
+  if [ -f "$1" ] && cmp -s "$tmp" "$1"; then rm -f "$tmp"; else mv "$tmp" "$1"; fi
+}
+
 component_kubeconfig() { # component_kubeconfig CERT: a kubeconfig for that client cert
   cat <<KC
 apiVersion: v1
@@ -301,7 +309,7 @@ KC
 
 write_containerd_config() {
   mkdir -p "$ctrd_dir" "$cni_dir/net.d"
-  cat >"$ctrd_dir/config.toml" <<TOML
+  write_file "$ctrd_dir/config.toml" <<TOML
 version = 2
 root = "$ctrd_dir/root"
 state = "$ctrd_dir/state"
@@ -342,7 +350,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     max_conf_num = 1
 TOML
   # No ipMasq: pods reach the node and each other, nothing beyond the machine.
-  cat >"$cni_dir/net.d/10-haltsql.conflist" <<JSON
+  write_file "$cni_dir/net.d/10-haltsql.conflist" <<JSON
 {
   "cniVersion": "0.4.0",
   "name": "haltsql-node",
@@ -367,8 +375,8 @@ JSON
 
 write_kubelet_config() {
   mkdir -p "$kubelet_dir" "$state/pod-logs"
-  component_kubeconfig kubelet-client >"$state/kubelet.kubeconfig"
-  cat >"$state/kubelet.yaml" <<YAML
+  component_kubeconfig kubelet-client | write_file "$state/kubelet.kubeconfig"
+  write_file "$state/kubelet.yaml" <<YAML
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $node_ip
@@ -407,8 +415,8 @@ YAML
 }
 
 write_proxy_config() {
-  component_kubeconfig kube-proxy >"$state/kube-proxy.kubeconfig"
-  cat >"$state/kube-proxy.yaml" <<YAML
+  component_kubeconfig kube-proxy | write_file "$state/kube-proxy.kubeconfig"
+  write_file "$state/kube-proxy.yaml" <<YAML
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $state/kube-proxy.kubeconfig}
@@ -480,6 +488,8 @@ node_up() {
     iptables -A HALTSQL-NODE-EGRESS -i "$bridge" ! -o "$bridge" -j DROP
     iptables -I FORWARD 1 -j HALTSQL-NODE-EGRESS
   fi
+  # kube-proxy's healthz answers 200 once it has programmed the Services.
+  wait_for "kube-proxy's first sync" 120 curl -sf "http://127.0.0.1:$proxy_healthz_port/healthz"
   wait_for "the node $node_name to be Ready" 180 kubectl wait --for=condition=Ready "node/$node_name" --timeout=5s
   wait_for "the default ServiceAccount" 120 kubectl -n default get serviceaccount default
 }
