@@ -14,7 +14,7 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok and helm from Go modules into bin/.
+tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, kube-proxy, etcd, kwok and helm from Go modules into bin/.
 	hack/build-tools.sh
 
 .PHONY: build

@@ -495,6 +495,8 @@ node_up() {
 }
 
 node_down() {
+  # Every host change of a node run comes after its state directory exists.
+  if [ ! -d "$state" ]; then log "not running"; return 0; fi
   if node_alive kube-apiserver && node_alive kubelet && node_alive containerd; then
     # Let the kubelet stop the pods (CNI DEL removes their veths): first stop
     # the controllers that would replace them.
