@@ -100,9 +100,16 @@ stop_component() { # stop_component NAME: TERM, wait up to 5 s, then KILL
   kill_pid "$pid" KILL
 }
 
-cgroup_dirs() { # every controller's /haltsql-node directory that exists
+cgroup_v2() { [ "$(stat -fc %T /sys/fs/cgroup 2>/dev/null)" = cgroup2fs ]; }
+
+cgroup_dirs() { # the node's cgroup root in every hierarchy (v1) or the unified one (v2)
   local d
-  for d in /sys/fs/cgroup/*/"$cgroup_root" /sys/fs/cgroup/"$cgroup_root"; do
+  if cgroup_v2; then
+    d=/sys/fs/cgroup/$cgroup_root
+    [ -d "$d" ] && echo "$d"
+    return 0
+  fi
+  for d in /sys/fs/cgroup/*/"$cgroup_root"; do
     [ -d "$d" ] && echo "$d"
   done
 }
@@ -409,6 +416,8 @@ imageMinimumGCAge: 24h
 imageGCHighThresholdPercent: 99
 imageGCLowThresholdPercent: 98
 evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%, nodefs.inodesFree: 1%}
+# The first status is NotReady (no pod sync yet): report again soon.
+nodeStatusUpdateFrequency: 3s
 nodeStatusReportFrequency: 10s
 shutdownGracePeriod: 0s
 YAML
@@ -458,18 +467,20 @@ node_up() {
   write_containerd_config
   write_kubelet_config
   write_proxy_config
-  local d ctl
-  # The kubelet wants its cgroup root to exist in every controller; a new v1
+  # The kubelet wants its cgroup root to exist in every hierarchy; a new v1
   # cpuset starts with no CPUs, so it inherits the root's.
-  for d in /sys/fs/cgroup/*/; do
-    ctl=$(basename "$d")
-    [ "$ctl" = unified ] && continue
-    [ -f "$d/cgroup.procs" ] || continue
-    mkdir -p "$d/$cgroup_root"
-  done
-  if [ -d /sys/fs/cgroup/cpuset/"$cgroup_root" ]; then
-    cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/"$cgroup_root"/cpuset.cpus
-    cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/"$cgroup_root"/cpuset.mems
+  if cgroup_v2; then
+    mkdir -p /sys/fs/cgroup/"$cgroup_root"
+  else
+    local d
+    for d in /sys/fs/cgroup/*/; do
+      [ "$(basename "$d")" = unified ] && continue
+      if [ -f "$d/cgroup.procs" ]; then mkdir -p "$d/$cgroup_root"; fi
+    done
+    if [ -d /sys/fs/cgroup/cpuset/"$cgroup_root" ]; then
+      cat /sys/fs/cgroup/cpuset/cpuset.cpus >/sys/fs/cgroup/cpuset/"$cgroup_root"/cpuset.cpus
+      cat /sys/fs/cgroup/cpuset/cpuset.mems >/sys/fs/cgroup/cpuset/"$cgroup_root"/cpuset.mems
+    fi
   fi
 
   start containerd containerd --config "$ctrd_dir/config.toml"
