@@ -87,15 +87,16 @@ test: tools ## Build everything, start the local clusters, run every test tier, 
 	hack/test.sh
 
 .PHONY: demo
-demo: ## Local cluster + operator + config/samples: shows Valid/Synced/Ready and two /v1/verify answers (DEMO_STOP=1 stops everything after).
+demo: ## Local cluster with a real node + images + operator + config/samples: Valid/Synced/Ready and two /v1/verify answers from a real pod (DEMO_STOP=1 stops everything after; root).
 	hack/demo.sh
 
 .PHONY: e2e
 e2e: tools ## The end-to-end test on kind (needs Docker and kind; HALTSQL_IMAGE=<haltsql image>, HALTSQL_E2E_KEEP_CLUSTER=1).
 	HALTSQL_E2E_PROVIDER=kind $(CARGO) test -p haltsql-operator --test e2e -- --nocapture
 
-.PHONY: e2e-local
-e2e-local: tools ## Only the end-to-end test, on the local cluster (started if needed, left running).
-	$(CARGO) build -p haltsql-operator -p haltsql --bins
-	hack/cluster.sh up full
-	HALTSQL_E2E_PROVIDER=local $(CARGO) test -p haltsql-operator --test e2e -- --nocapture
+.PHONY: e2e-node
+e2e-node: tools ## Only the end-to-end test, on the local cluster with a real node (started if needed, left running; root).
+	$(CARGO) build -p haltsql --bins
+	hack/images.sh
+	hack/cluster.sh up node
+	HALTSQL_E2E_PROVIDER=node $(CARGO) test -p haltsql-operator --test e2e -- --nocapture

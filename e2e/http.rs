@@ -1,5 +1,5 @@
-//! A minimal HTTP/1.1 client for loopback endpoints: the haltsql "pods"
-//! (local processes or `kubectl port-forward`) and the operator's metrics.
+//! A minimal HTTP/1.1 client for loopback endpoints: the server pods and the
+//! operator's metrics, through `kubectl port-forward`.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -98,12 +98,4 @@ pub fn metric_sum(exposition: &str, name: &str) -> f64 {
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
-}
-
-/// A free loopback port (bound, then released: fine for tests on loopback).
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }

@@ -1,18 +1,19 @@
 //! The end-to-end scenario of the operator guide ("Development and tests"),
-//! step by step, each step asserted. `HALTSQL_E2E_PROVIDER` picks the cluster:
-//! `local` (default: the local control plane, in `make test`) or `kind`
+//! step by step, each step asserted, with the operator and the servers as
+//! real pods. `HALTSQL_E2E_PROVIDER` picks the cluster: `node` (default: the
+//! local control plane with a real kubelet, in `make test`) or `kind`
 //! (`make e2e`); see provider.rs.
 //!
 //! Settings (environment):
 //! - `HALTSQL_E2E_IDLE_SECONDS` (60): the idle window in which the operator
 //!   must write nothing.
-//! - `HALTSQL_E2E_RESYNC_SECONDS` (20, local provider): the operator's
-//!   `--resync-seconds`, so the idle window holds several full passes.
+//! - `HALTSQL_E2E_RESYNC_SECONDS` (20): the operator's `--resync-seconds`, so
+//!   the idle window holds several full passes.
 //! - `HALTSQL_E2E_KEEP_CLUSTER=1` (kind): keep the cluster.
 //! - `HALTSQL_TEST_KEEP_NAMESPACES=1`: keep the test namespace.
 //!
-//! Logs (operator, each `haltsql serve` pod) go to `.cache/e2e/<namespace>/`,
-//! which is removed when the scenario passes (kept with `HALTSQL_E2E_KEEP_LOGS=1`).
+//! Scratch files go to `.cache/e2e/<namespace>/`, removed when the scenario
+//! passes (kept with `HALTSQL_E2E_KEEP_LOGS=1`).
 
 mod cluster;
 mod http;
@@ -47,6 +48,13 @@ const POLICY_NAME: &str = "orders-agent";
 const TOKEN_SECRET: &str = "haltsql-tokens";
 const REPLICAS: usize = 2;
 const WAIT: Duration = Duration::from_secs(180);
+/// The operator's `--rollout-deadline-seconds` (the Deployments'
+/// progressDeadlineSeconds): short, so a stalled rollout reports
+/// `RolloutFailed` within the scenario, long enough for a pod to start.
+pub const ROLLOUT_DEADLINE_SECONDS: u64 = 45;
+/// A token whose Secret key holds no SHA-256: the configuration that does not start.
+const BROKEN_TOKEN: &str = "broken-agent";
+const BROKEN_KEY: &str = "broken.sha256";
 
 /// Prints one progress line with the time since the scenario started.
 pub fn step(msg: &str) {
@@ -100,7 +108,7 @@ struct Run {
 impl Run {
     async fn new(provider: Provider, ns: String, dir: PathBuf) -> Self {
         let cluster = provider.cluster.clone();
-        let pods = provider.pods();
+        let pods = Pods::default();
         Run {
             provider,
             cluster,
@@ -117,6 +125,10 @@ impl Run {
         self.operator.as_mut().expect("the operator runs")
     }
 
+    fn op(&self) -> &Operator {
+        self.operator.as_ref().expect("the operator runs")
+    }
+
     async fn scenario(&mut self) {
         self.install().await;
         self.create().await;
@@ -125,6 +137,7 @@ impl Run {
         self.verify_initial(&endpoints).await;
         self.misbehaviour_idle().await;
         let checksum = self.update_policy(&checksum).await;
+        self.rollout_that_does_not_start(&checksum).await;
         self.apply_invalid_policy(&checksum).await;
         self.delete_server().await;
         self.final_health().await;
@@ -178,10 +191,10 @@ impl Run {
             .kubectl_ok(&["label", "namespace", &self.ns, "haltsql.dev/test=true"]);
         self.ns_created = true;
 
-        step("1. start the operator");
-        let mut op = self.provider.operator(&self.ns).await;
-        op.wait_leader(&self.cluster, Duration::from_secs(90)).await;
-        eprintln!("e2e: {}", op.log_hint());
+        step("1. two operator replicas: one leads");
+        let mut op = self.provider.operator();
+        op.wait_leader(None, Duration::from_secs(90)).await;
+        step(&format!("1. the leader is {}", op.leader_pod()));
         self.operator = Some(op);
     }
 
@@ -204,7 +217,7 @@ impl Run {
             .apply(Some(&self.ns), &policy_manifest(COLUMNS_V1, false));
         self.cluster.apply(
             Some(&self.ns),
-            &server_manifest(&self.provider.haltsql_image),
+            &server_manifest(&self.provider.haltsql_image, false),
         );
 
         step("2. kubectl wait: server Ready, policy Valid and Synced");
@@ -302,7 +315,31 @@ impl Run {
             .sync(&self.cluster, &self.ns, SERVER, checksum, REPLICAS, WAIT)
             .await;
         assert_eq!(eps.len(), REPLICAS, "one endpoint per ready pod: {eps:?}");
+        self.assert_pods_on_the_node(&eps);
         eps
+    }
+
+    /// Every pod of the scenario runs on the node, with an address of the pod network.
+    fn assert_pods_on_the_node(&self, eps: &[Endpoint]) {
+        if self.provider.kind != provider::Kind::Node {
+            return;
+        }
+        let wide = self
+            .cluster
+            .kubectl_ok(&["get", "pods", "-A", "-o", "wide"]);
+        eprintln!("{wide}");
+        let pods: Vec<&str> = eps.iter().map(|e| e.pod.as_str()).collect();
+        for line in wide.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (ns, name) = (cols[0], cols[1]);
+            let ours = (ns == self.ns && pods.contains(&name)) || ns == operator::NAMESPACE;
+            if ours && cols[3] == "Running" {
+                assert!(
+                    cols[6].starts_with("198.18."),
+                    "pod {ns}/{name} has no address of the pod network 198.18.0.0/24: {line}"
+                );
+            }
+        }
     }
 
     // ---- 3. /v1/verify ------------------------------------------------------
@@ -387,8 +424,7 @@ impl Run {
         let deadline = Instant::now() + idle;
         while Instant::now() < deadline {
             tokio::time::sleep(Duration::from_secs(5).min(deadline - Instant::now())).await;
-            let op = self.operator.as_mut().expect("operator");
-            op.assert_healthy(&self.cluster);
+            self.op().assert_healthy();
         }
         let after = self.versions().await;
         let writes_after = self.operator().api_writes().await;
@@ -406,7 +442,7 @@ impl Run {
             writes_after, writes_before,
             "haltsql_operator_api_writes_total grew during the idle window"
         );
-        if self.provider.kind == provider::Kind::Local && idle.as_secs() > resync_seconds() {
+        if idle.as_secs() > resync_seconds() {
             assert!(
                 reconciles_after > reconciles_before,
                 "no reconcile ran during the idle window (resync {}s): the idle check proves nothing",
@@ -487,8 +523,31 @@ impl Run {
             .await
             .expect("current replicaset")
             .name_any();
+        let old_template = self.template_checksum().await;
         self.cluster
             .apply(Some(&self.ns), &policy_manifest(COLUMNS_V2, false));
+
+        step("5. kill the leader operator pod as soon as it applied the new Deployment");
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        wait_for("the new pod template", WAIT, || {
+            let (cluster, ns, old) = (cluster.clone(), ns.clone(), old_template.clone());
+            async move {
+                let now = template_checksum(&cluster, &ns).await?;
+                if now != old {
+                    Ok(())
+                } else {
+                    Err(format!("template still {now}"))
+                }
+            }
+        })
+        .await;
+        let killed = self.operator().kill_leader();
+        step(&format!(
+            "5. killed {killed}; the other replica must finish the rollout"
+        ));
+        let lease_wait = Duration::from_secs(90);
+        self.operator().wait_leader(Some(&killed), lease_wait).await;
+        step(&format!("5. the new leader is {}", self.op().leader_pod()));
         let checksum = self.converged(Some(old_checksum)).await;
         self.cluster
             .wait_condition(&self.ns, &format!("haltsqlpolicy/{POLICY}"), "Synced", WAIT);
@@ -505,7 +564,7 @@ impl Run {
         assert_ne!(checksum, old_checksum);
         assert_eq!(
             self.progress_deadline().await,
-            180,
+            ROLLOUT_DEADLINE_SECONDS as i32,
             "the change did not re-apply the Deployment over the manual edit"
         );
 
@@ -524,6 +583,153 @@ impl Run {
             .await;
         }
         checksum
+    }
+
+    // ---- a configuration that does not start ---------------------------------
+
+    async fn rollout_that_does_not_start(&mut self, checksum: &str) {
+        step("a configuration that does not start: a malformed token hash in the Secret");
+        let old_pods: Vec<String> = self
+            .pods
+            .sync(&self.cluster, &self.ns, SERVER, checksum, REPLICAS, WAIT)
+            .await
+            .iter()
+            .map(|e| e.pod.clone())
+            .collect();
+        let old_rs = serve::current_replica_set(&self.cluster, &self.ns, SERVER)
+            .await
+            .expect("current replicaset")
+            .name_any();
+        self.cluster.kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "patch",
+            "secret",
+            TOKEN_SECRET,
+            "--type=merge",
+            "-p",
+            &format!(r#"{{"stringData":{{"{BROKEN_KEY}":"not-a-sha256"}}}}"#),
+        ]);
+        self.cluster.apply(
+            Some(&self.ns),
+            &server_manifest(&self.provider.haltsql_image, true),
+        );
+
+        step("the new pod exits 2 and names the problem in its log");
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        let old = old_rs.clone();
+        let (pod, log) = wait_for("a new pod that exited 2", WAIT, || {
+            let (cluster, ns, old) = (cluster.clone(), ns.clone(), old.clone());
+            async move { failed_new_pod(&cluster, &ns, &old).await }
+        })
+        .await;
+        assert!(
+            log.contains("server.auth.tokens[1].sha256")
+                && log.contains("64 lower-case hex digits"),
+            "the log of {pod} does not name the malformed token hash:\n{log}"
+        );
+
+        step("the old pods keep serving while the rollout is stuck");
+        let endpoints = self
+            .pods
+            .reach(&self.cluster, &self.ns, &old_pods)
+            .await
+            .unwrap_or_else(|e| panic!("the old pods stopped serving: {e}"));
+        let token = self.token.clone();
+        for ep in &endpoints {
+            expect_allowed(ep, &token, UPDATE_QUERY).await;
+        }
+
+        step(&format!(
+            "Progressing=False/RolloutFailed after the {ROLLOUT_DEADLINE_SECONDS}s deadline"
+        ));
+        let deadline = Duration::from_secs(ROLLOUT_DEADLINE_SECONDS) + WAIT;
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        wait_for("RolloutFailed", deadline, || {
+            let (cluster, ns) = (cluster.clone(), ns.clone());
+            async move {
+                let server = cluster
+                    .servers(&ns)
+                    .get(SERVER)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let progressing = condition(&server, "Progressing");
+                let ready = condition(&server, "Ready");
+                let current = progressing.as_ref().and_then(|c| c.observed_generation)
+                    == server.metadata.generation;
+                if current
+                    && progressing
+                        .as_ref()
+                        .is_some_and(|c| c.status == "False" && c.reason == "RolloutFailed")
+                    && ready.as_ref().is_some_and(|c| c.status == "False")
+                {
+                    Ok(())
+                } else {
+                    Err(describe(&server))
+                }
+            }
+        })
+        .await;
+        for ep in &endpoints {
+            expect_allowed(ep, &token, UPDATE_QUERY).await;
+        }
+        let still: Vec<String> = self
+            .pods
+            .reach(&self.cluster, &self.ns, &old_pods)
+            .await
+            .unwrap_or_else(|e| panic!("the old pods stopped serving: {e}"))
+            .iter()
+            .map(|e| e.pod.clone())
+            .collect();
+        assert_eq!(still, old_pods, "the old pods were replaced");
+
+        step(
+            "recovery: the server change is reverted; the old ReplicaSet serves and Ready returns",
+        );
+        self.cluster.apply(
+            Some(&self.ns),
+            &server_manifest(&self.provider.haltsql_image, false),
+        );
+        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+        let want = checksum.to_owned();
+        wait_for(
+            "the server Ready again on its last good configuration",
+            WAIT,
+            || {
+                let (cluster, ns, want) = (cluster.clone(), ns.clone(), want.clone());
+                async move {
+                    let server = cluster
+                        .servers(&ns)
+                        .get(SERVER)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let ok = is_true_now(&server, "Ready")
+                        && is_true_now(&server, "Progressing")
+                        && status_str(&server, "configChecksum").as_deref() == Some(want.as_str())
+                        && cluster::status_i64(&server, "readyReplicas") == Some(REPLICAS as i64);
+                    if ok { Ok(()) } else { Err(describe(&server)) }
+                }
+            },
+        )
+        .await;
+        let endpoints = self.endpoints(checksum).await;
+        for ep in &endpoints {
+            expect_allowed(ep, &token, UPDATE_QUERY).await;
+        }
+        let rs = serve::current_replica_set(&self.cluster, &self.ns, SERVER)
+            .await
+            .expect("current replicaset")
+            .name_any();
+        assert_eq!(
+            rs, old_rs,
+            "the recovery did not return to the last good ReplicaSet"
+        );
+    }
+
+    async fn template_checksum(&self) -> String {
+        template_checksum(&self.cluster, &self.ns)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     // ---- 6. invalid policy --------------------------------------------------
@@ -740,18 +946,7 @@ impl Run {
 
     async fn final_health(&mut self) {
         step("misbehaviour: the operator still runs, never restarted, never panicked");
-        let cluster = self.cluster.clone();
-        self.operator().assert_healthy(&cluster);
-        if let Some(Operator::Local(op)) = self.operator.as_mut() {
-            let status = op.stop();
-            assert!(
-                status.is_some_and(|s| s.success()),
-                "the operator did not stop cleanly on SIGTERM ({status:?}); log: {}",
-                op.log.display()
-            );
-            let log = op.log_text();
-            assert!(!log.contains("panicked"), "the operator panicked:\n{log}");
-        }
+        self.op().assert_healthy();
     }
 
     // ---- helpers ------------------------------------------------------------
@@ -789,16 +984,8 @@ impl Run {
 impl Drop for Run {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            if let Some(Operator::Local(op)) = &self.operator {
-                let log = op.log_text();
-                let tail: Vec<&str> = log.lines().rev().take(40).collect();
-                eprintln!(
-                    "---- operator log (last lines; all in {}) ----",
-                    op.log.display()
-                );
-                for line in tail.into_iter().rev() {
-                    eprintln!("{line}");
-                }
+            if let Some(op) = &self.operator {
+                eprintln!("---- operator logs (last lines) ----\n{}", op.log_tail());
             }
             eprintln!("e2e: logs kept in {}", self.dir.display());
         }
@@ -854,7 +1041,15 @@ spec:
     )
 }
 
-fn server_manifest(image: &str) -> String {
+/// The two-replica server; `broken` adds a token whose Secret key holds no hash.
+fn server_manifest(image: &str, broken: bool) -> String {
+    let broken_token = if broken {
+        format!(
+            "      - name: {BROKEN_TOKEN}\n        policy: {POLICY_NAME}\n        sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {BROKEN_KEY} }}\n"
+        )
+    } else {
+        String::new()
+    };
     format!(
         r#"apiVersion: haltsql.dev/v1alpha1
 kind: HaltSQLServer
@@ -871,7 +1066,7 @@ spec:
       - name: {POLICY_NAME}
         policy: {POLICY_NAME}
         sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {POLICY_NAME}.sha256 }}
-  podDisruptionBudget:
+{broken_token}  podDisruptionBudget:
     enabled: true
   networkPolicy:
     enabled: true
@@ -992,6 +1187,68 @@ where
         Api::<K>::namespaced(client.clone(), ns).get_opt(name).await,
         Ok(None)
     )
+}
+
+/// The config checksum of the server Deployment's pod template.
+async fn template_checksum(cluster: &Cluster, ns: &str) -> Result<String, String> {
+    let deploy = Api::<Deployment>::namespaced(cluster.client.clone(), ns)
+        .get(SERVER)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(deploy
+        .spec
+        .and_then(|s| s.template.metadata)
+        .and_then(|m| m.annotations)
+        .and_then(|a| a.get(serve::CHECKSUM_ANNOTATION).cloned())
+        .unwrap_or_default())
+}
+
+/// A pod of a ReplicaSet other than `old_rs` whose container exited 2, and its log.
+async fn failed_new_pod(
+    cluster: &Cluster,
+    ns: &str,
+    old_rs: &str,
+) -> Result<(String, String), String> {
+    let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut seen = Vec::new();
+    for pod in &pods.items {
+        let owner = pod
+            .owner_references()
+            .first()
+            .map(|o| o.name.clone())
+            .unwrap_or_default();
+        if owner == old_rs {
+            continue;
+        }
+        let status = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref());
+        let exit = status
+            .and_then(|cs| cs.first())
+            .and_then(|c| {
+                c.last_state
+                    .as_ref()
+                    .and_then(|s| s.terminated.as_ref())
+                    .or_else(|| c.state.as_ref().and_then(|s| s.terminated.as_ref()))
+            })
+            .map(|t| t.exit_code);
+        seen.push(format!("{} exit {exit:?}", pod.name_any()));
+        if exit == Some(2) {
+            let name = pod.name_any();
+            let (ok, log, _) = cluster.kubectl_try(&["-n", ns, "logs", &name, "--previous"]);
+            let log = if ok && !log.is_empty() {
+                log
+            } else {
+                cluster.kubectl_try(&["-n", ns, "logs", &name]).1
+            };
+            return Ok((name, log));
+        }
+    }
+    Err(format!("new pods: {seen:?}"))
 }
 
 /// Polls `check` until it returns Ok; panics with the last error after `timeout`.

@@ -1,14 +1,15 @@
-//! The cluster provider switch (`HALTSQL_E2E_PROVIDER`):
+//! The cluster provider switch (`HALTSQL_E2E_PROVIDER`). Both run the
+//! operator and the servers as real pods, installed from `config/default`;
+//! the test reaches them with `kubectl port-forward`.
 //!
-//! - `local` (default, in `make test`): the local control plane of
-//!   `hack/cluster.sh up full` (controller-manager, scheduler, kwok). The
-//!   operator runs as a local process impersonating its ServiceAccount; the
-//!   server pods are `haltsql serve` processes (see `serve.rs`).
-//! - `kind` (`make e2e`): builds the images (unless `HALTSQL_IMAGE` names the
-//!   haltsql image), creates the kind cluster `haltsql-operator`, loads the
-//!   images, and the operator runs in the cluster from `config/default`. The
-//!   pods are reached with `kubectl port-forward`. The cluster is deleted at
-//!   the end unless `HALTSQL_E2E_KEEP_CLUSTER=1`.
+//! - `node` (default, in `make test`): the local control plane with a real
+//!   kubelet and containerd (`hack/cluster.sh up node`). The images are the
+//!   archives of `make images` (`HALTSQL_IMAGES_DIR`, default
+//!   `.cache/images`), imported with `hack/cluster.sh load node`.
+//! - `kind` (`make e2e`): builds the images with Docker (unless
+//!   `HALTSQL_IMAGE` names the haltsql image), creates the kind cluster
+//!   `haltsql-operator` and loads the images. The cluster is deleted at the
+//!   end unless `HALTSQL_E2E_KEEP_CLUSTER=1`.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -18,24 +19,23 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::cluster::Cluster;
-use crate::operator::{self, LocalOperator, Operator};
-use crate::serve::{Backend, Pods};
+use crate::operator::{self, Operator};
 use crate::support;
 
 pub const KIND_CLUSTER: &str = "haltsql-operator";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    Local,
+    Node,
     Kind,
 }
 
 impl Kind {
     pub fn from_env() -> Self {
         match std::env::var("HALTSQL_E2E_PROVIDER").as_deref() {
-            Err(_) | Ok("") | Ok("local") => Kind::Local,
+            Err(_) | Ok("") | Ok("node") => Kind::Node,
             Ok("kind") => Kind::Kind,
-            Ok(other) => panic!("HALTSQL_E2E_PROVIDER={other}: expected local or kind"),
+            Ok(other) => panic!("HALTSQL_E2E_PROVIDER={other}: expected node or kind"),
         }
     }
 }
@@ -43,8 +43,6 @@ impl Kind {
 pub struct Provider {
     pub kind: Kind,
     pub cluster: Cluster,
-    /// Logs and pod roots of this run.
-    pub dir: PathBuf,
     /// The operator image installed from config/default.
     pub operator_image: String,
     /// The image of the haltsql server pods.
@@ -52,19 +50,17 @@ pub struct Provider {
 }
 
 impl Provider {
-    /// Connects to (kind: builds images for, creates) the cluster.
+    /// Connects to (kind: creates) the cluster and makes both images available on its node.
     pub async fn setup(dir: &Path) -> Self {
         let kind = Kind::from_env();
         match kind {
-            Kind::Local => {
-                let kubeconfig = support::Cluster::Full.kubeconfig();
+            Kind::Node => {
+                let (operator_image, haltsql_image) = node_images();
                 Provider {
                     kind,
-                    cluster: Cluster::connect(&kubeconfig).await,
-                    dir: dir.to_owned(),
-                    // kwok runs no containers: the images are never pulled.
-                    operator_image: "haltsql-operator:e2e".into(),
-                    haltsql_image: "haltsql:e2e".into(),
+                    cluster: Cluster::connect(&support::Cluster::Node.kubeconfig()).await,
+                    operator_image,
+                    haltsql_image,
                 }
             }
             Kind::Kind => {
@@ -85,7 +81,6 @@ impl Provider {
                 Provider {
                     kind,
                     cluster: Cluster::connect(&kubeconfig).await,
-                    dir: dir.to_owned(),
                     operator_image,
                     haltsql_image,
                 }
@@ -120,9 +115,32 @@ impl Provider {
             "crd/haltsqlpolicies.haltsql.dev",
             "crd/haltsqlservers.haltsql.dev",
         ]);
-        // On kind this is the real operator; on the local cluster its pod lands
-        // on the kwok node and runs nothing, but it proves the Deployment is
-        // admitted under the namespace's restricted Pod Security level.
+        // Two replicas with leader election (the scenario kills the leader),
+        // short resyncs (the idle minute then holds several full passes, each
+        // of which must write nothing) and a short rollout deadline (the
+        // stalled rollout reports RolloutFailed within the test's patience).
+        let args = [
+            format!("--resync-seconds={}", crate::resync_seconds()),
+            format!(
+                "--rollout-deadline-seconds={}",
+                crate::ROLLOUT_DEADLINE_SECONDS
+            ),
+        ];
+        let mut patch =
+            vec![serde_json::json!({"op": "replace", "path": "/spec/replicas", "value": 2})];
+        patch.extend(args.iter().map(|a| {
+            serde_json::json!({"op": "add", "path": "/spec/template/spec/containers/0/args/-", "value": a})
+        }));
+        self.cluster.kubectl_ok(&[
+            "-n",
+            operator::NAMESPACE,
+            "patch",
+            "deployment",
+            operator::DEPLOYMENT,
+            "--type=json",
+            "-p",
+            &serde_json::Value::Array(patch).to_string(),
+        ]);
         self.cluster.kubectl_ok(&[
             "-n",
             operator::NAMESPACE,
@@ -133,40 +151,9 @@ impl Provider {
         ]);
     }
 
-    /// The operator under test.
-    pub async fn operator(&self, watch_namespace: &str) -> Operator {
-        match self.kind {
-            Kind::Local => Operator::Local(LocalOperator::start(
-                &self.cluster,
-                &self.dir,
-                watch_namespace,
-                &support::haltsql_bin(),
-            )),
-            Kind::Kind => {
-                let fwd = PortForward::start(
-                    &self.cluster,
-                    operator::NAMESPACE,
-                    &format!("deploy/{}", operator::DEPLOYMENT),
-                    8080,
-                )
-                .unwrap_or_else(|e| panic!("{e}"));
-                Operator::InCluster {
-                    metrics: fwd.addr,
-                    _forward: fwd,
-                }
-            }
-        }
-    }
-
-    /// How the test reaches the server pods.
-    pub fn pods(&self) -> Pods {
-        match self.kind {
-            Kind::Local => Pods::new(Backend::Local {
-                haltsql: support::haltsql_bin(),
-                dir: self.dir.join("pods"),
-            }),
-            Kind::Kind => Pods::new(Backend::PortForward),
-        }
+    /// The operator under test: the replicas of the installed Deployment.
+    pub fn operator(&self) -> Operator {
+        Operator::new(&self.cluster)
     }
 
     /// kind: deletes the cluster unless HALTSQL_E2E_KEEP_CLUSTER=1.
@@ -190,6 +177,26 @@ fn keep_cluster() -> bool {
         std::env::var("HALTSQL_E2E_KEEP_CLUSTER").as_deref(),
         Ok("1") | Ok("true")
     )
+}
+
+/// The image archives of `make images`, imported into the node's containerd.
+fn node_images() -> (String, String) {
+    let dir = std::env::var_os("HALTSQL_IMAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| support::repo_root().join(".cache/images"));
+    let mut tags = Vec::new();
+    let mut load = Command::new(support::repo_root().join("hack/cluster.sh"));
+    load.args(["load", "node"]);
+    for name in ["haltsql-operator", "haltsql"] {
+        let archive = dir.join(format!("{name}.tar"));
+        let tag = std::fs::read_to_string(dir.join(format!("{name}.tag")))
+            .unwrap_or_else(|e| panic!("{}: {e}; run `make images` first", archive.display()));
+        tags.push(tag.trim().to_owned());
+        load.arg(archive);
+    }
+    crate::step(&format!("importing {tags:?} into the node's containerd"));
+    support::run_ok(&mut load);
+    (tags[0].clone(), tags[1].clone())
 }
 
 /// Builds the images for kind with the Makefile's targets: the haltsql image

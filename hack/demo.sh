@@ -1,168 +1,95 @@
 #!/usr/bin/env bash
 # `make demo`: from a fresh clone, build what is needed, start the local
-# control plane, install the CRDs and RBAC, run the operator (as its own
-# ServiceAccount), apply config/samples, wait, and show the result.
+# control plane with a real node (kubelet + containerd), build and load the
+# images, install the operator from config/default, apply config/samples,
+# wait, and ask a real server pod two questions through kubectl port-forward.
 #
-#   hack/demo.sh          run the demo; the cluster and the operator keep running
+#   hack/demo.sh               run the demo; the cluster keeps running
 #   DEMO_STOP=1 hack/demo.sh   ... and stop everything at the end
-#   hack/demo.sh stop     stop the demo's operator and the local cluster
+#   hack/demo.sh stop          stop the local cluster
 #
-# The local cluster's pods are kwok pods: they become Ready but run no
-# containers. The /v1/verify answers therefore come from a `haltsql serve`
-# started from the rendered ConfigMap and the token Secret laid out as in the pod
-# (the same trick as the end-to-end test, e2e/serve.rs).
+# Needs root (the kubelet and containerd), like the node tier of `make test`.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-state="$root/.cluster/demo"
-kubeconfig="$root/.cluster/full/kubeconfig"
-target="${CARGO_TARGET_DIR:-$root/target}/debug"
+state="$root/.cache/demo"
+kubeconfig="$root/.cluster/node/kubeconfig"
+images="${IMAGES_DIR:-$root/.cache/images}"
 ns=agents
 operator_ns=haltsql-system
-operator_sa=haltsql-operator-controller-manager
+operator_deploy=haltsql-operator-controller-manager
 
 say() { printf '>> %s\n' "$*" >&2; }
 k() { "$root/bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
-
-stop_pidfile() { # stop_pidfile FILE: TERM the recorded process group, then KILL
-  local file=$1 pid
-  alive "$file" || { rm -f "$file"; return 0; }
-  pid=$(cat "$file")
-  kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "-$pid" 2>/dev/null || true
-  rm -f "$file"
-}
-
-stop() {
-  stop_pidfile "$state/serve.pid"
-  stop_pidfile "$state/operator.pid"
-  rm -rf "$state"
-  hack/cluster.sh down full
-}
-
-free_port() { # a free loopback port (python3), or the fallback $1
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo "$1"
-}
-
-wait_http() { # wait_http URL SECONDS
-  local deadline=$((SECONDS + $2))
-  until curl -sf -o /dev/null "$1"; do
-    if [ $SECONDS -ge "$deadline" ]; then return 1; fi
-    sleep 0.3
-  done
-}
-
 if [ "${1:-}" = stop ]; then
-  stop
+  hack/cluster.sh down node
+  rm -rf "$state"
   exit 0
 fi
 
 for tool in cargo go openssl curl; do
   command -v "$tool" >/dev/null || { echo "make demo needs $tool on PATH" >&2; exit 1; }
 done
+[ "$(id -u)" = 0 ] || { echo "make demo runs a kubelet and containerd: run it as root" >&2; exit 1; }
 started=$SECONDS
+rm -rf "$state"
+mkdir -p "$state"
 
 say "building the control-plane tools (Go modules; cached per machine after the first build)"
 hack/build-tools.sh
 
-say "building the operator and the haltsql CLI (cargo build)"
-cargo build -p haltsql-operator -p haltsql --bins
+say "building the images (release binaries; hack/images.sh)"
+hack/images.sh
+operator_img=$(cat "$images/haltsql-operator.tag")
+haltsql_img=$(cat "$images/haltsql.tag")
 
-say "starting the local cluster (etcd, kube-apiserver, controller-manager, scheduler, kwok)"
-hack/cluster.sh up full
-mkdir -p "$state"
+say "starting the local cluster with a real node (hack/cluster.sh up node)"
+hack/cluster.sh up node
+hack/cluster.sh load node "$images/haltsql-operator.tar" "$images/haltsql.tar"
 
-say "installing the CRDs and RBAC (config/crd, config/rbac in namespace $operator_ns)"
-k apply --server-side --force-conflicts -f config/manager/namespace.yaml >/dev/null
-mkdir -p "$state/install"
-cat >"$state/install/kustomization.yaml" <<EOF
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-namespace: $operator_ns
-resources:
-- ../../../config/crd
-- ../../../config/rbac
-EOF
-k kustomize "$state/install" | k apply --server-side --force-conflicts -f - >/dev/null
-k wait --for=condition=Established --timeout=60s \
-  crd/haltsqlpolicies.haltsql.dev crd/haltsqlservers.haltsql.dev >/dev/null
+say "installing the operator: make install-manifests IMG=$operator_img | kubectl apply --server-side"
+make -s --no-print-directory install-manifests IMG="$operator_img" >"$state/install.yaml"
+k apply --server-side --force-conflicts -f "$state/install.yaml" >/dev/null
+k -n "$operator_ns" rollout status "deploy/$operator_deploy" --timeout=180s
 
-# The operator runs as a local process whose requests impersonate its
-# ServiceAccount, so the RBAC of config/rbac is what authorizes it. It watches
-# only the samples' namespace. A small supervisor stops it when the cluster's
-# kube-apiserver goes away (`make cluster-down`).
-say "running the operator as $operator_sa (log: .cluster/demo/operator.log)"
-stop_pidfile "$state/operator.pid"
-health_port="${DEMO_HEALTH_PORT:-$(free_port 28081)}"
-metrics_port="${DEMO_METRICS_PORT:-$(free_port 28080)}"
-sed -e "/^    client-key:/a\\
-    as: system:serviceaccount:$operator_ns:$operator_sa\\
-    as-groups: [system:serviceaccounts, system:serviceaccounts:$operator_ns, system:authenticated]" \
-  "$kubeconfig" >"$state/operator.kubeconfig"
-grep -q "^    as: " "$state/operator.kubeconfig" || { echo "cannot write the operator's kubeconfig" >&2; exit 1; }
-KUBECONFIG="$state/operator.kubeconfig" setsid bash -c '
-  apiserver_pid=$1 state=$2; shift 2
-  "$@" & op=$!
-  trap "kill -TERM $op 2>/dev/null; wait $op; exit 0" TERM INT
-  while kill -0 "$op" 2>/dev/null; do
-    if ! kill -0 "$(cat "$apiserver_pid" 2>/dev/null)" 2>/dev/null; then
-      kill -TERM "$op"; wait "$op"; rm -rf "$state"; rmdir "${state%/*}" 2>/dev/null; exit 0
-    fi
-    sleep 2
-  done
-' demo-operator "$root/.cluster/full/kube-apiserver.pid" "$state" \
-  "$target/haltsql-operator" \
-  --haltsql-binary "$target/haltsql" \
-  --watch-namespaces "$ns" \
-  --metrics-bind-address "127.0.0.1:$metrics_port" \
-  --health-probe-bind-address "127.0.0.1:$health_port" \
-  >"$state/operator.log" 2>&1 </dev/null &
-echo $! >"$state/operator.pid"
-if ! wait_http "http://127.0.0.1:$health_port/readyz" 60; then
-  echo "the operator did not become ready; its log:" >&2
-  tail -n 30 "$state/operator.log" >&2
-  exit 1
-fi
-
-say "applying config/samples in namespace $ns (with a fresh agent token in Secret haltsql-tokens)"
+say "applying config/samples in namespace $ns (server image $haltsql_img, a fresh agent token in Secret haltsql-tokens)"
 token="$(openssl rand -hex 32)"
-hash="$(printf '%s' "$token" | "$target/haltsql" hash-token)"
+hash="$(printf '%s' "$token" | sha256sum | cut -d' ' -f1)"
 k create namespace "$ns" --dry-run=client -o yaml | k apply --server-side -f - >/dev/null
 k -n "$ns" create secret generic haltsql-tokens --from-literal=orders-agent.sha256="$hash" \
   --dry-run=client -o yaml | k apply --server-side --force-conflicts -f - >/dev/null
-k apply -k config/samples
+cat >"$state/kustomization.yaml" <<KUST
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../../config/samples
+patches:
+- target: {kind: HaltSQLServer, name: haltsql}
+  patch: |-
+    - op: replace
+      path: /spec/image
+      value: $haltsql_img
+KUST
+k apply -k "$state"
 
 say "waiting for the policies to be Valid and Synced and the server Ready"
 k -n "$ns" wait --for=condition=Valid haltsqlpolicy --all --timeout=180s
 k -n "$ns" wait --for=condition=Synced haltsqlpolicy/orders --timeout=180s
-k -n "$ns" wait --for=condition=Ready haltsqlserver/haltsql --timeout=180s
+k -n "$ns" wait --for=condition=Ready haltsqlserver/haltsql --timeout=240s
 
-# A stand-in for one server pod: the rendered ConfigMap's files and the token
-# hash at /var/run/haltsql/secrets/haltsql-tokens/orders-agent.sha256, both
-# under a private root; listen on a free loopback port.
-say "starting haltsql serve from the rendered ConfigMap haltsql-haltsql-config (kwok pods run no containers)"
-stop_pidfile "$state/serve.pid"
-pod="$state/pod"
-rm -rf "$pod"
-mkdir -p "$pod/etc/haltsql" "$pod/var/run/haltsql/secrets/haltsql-tokens"
-cm() { k -n "$ns" get configmap haltsql-haltsql-config -o go-template="$1"; }
-for key in $(cm '{{range $k, $v := .data}}{{$k}}{{"\n"}}{{end}}'); do
-  cm "{{index .data \"$key\"}}" >"$pod/etc/haltsql/$key"
+say "kubectl port-forward svc/haltsql to a server pod"
+k -n "$ns" port-forward --address 127.0.0.1 svc/haltsql :8080 >"$state/port-forward.log" 2>&1 </dev/null &
+forward=$!
+trap 'kill "$forward" 2>/dev/null || true' EXIT
+port=
+for _ in $(seq 1 100); do
+  port=$(sed -n 's/^Forwarding from 127.0.0.1:\([0-9]*\) .*/\1/p' "$state/port-forward.log" | head -n1)
+  [ -n "$port" ] && break
+  sleep 0.2
 done
-printf '%s' "$hash" >"$pod/var/run/haltsql/secrets/haltsql-tokens/orders-agent.sha256"
-port="$(free_port 28090)"
-sed -i -e "s#\${file:/#\${file:$pod/#g" -e "s#^\(  listen:\).*#\1 127.0.0.1:$port#" "$pod/etc/haltsql/config.yaml"
-setsid "$target/haltsql" serve --config "$pod/etc/haltsql/config.yaml" >"$state/serve.log" 2>&1 </dev/null &
-echo $! >"$state/serve.pid"
-if ! wait_http "http://127.0.0.1:$port/readyz" 30; then
-  echo "haltsql serve did not start; its log:" >&2
-  cat "$state/serve.log" >&2
-  exit 1
-fi
+[ -n "$port" ] || { echo "kubectl port-forward did not start:" >&2; cat "$state/port-forward.log" >&2; exit 1; }
 
 verify() {
   curl -sS "http://127.0.0.1:$port/v1/verify" -H "Authorization: Bearer $token" \
@@ -170,6 +97,9 @@ verify() {
   echo
 }
 
+echo
+echo "\$ kubectl get pods -A -o wide"
+k get pods -A -o wide
 echo
 echo "\$ kubectl -n $ns get haltsqlpolicies,haltsqlservers"
 k -n "$ns" get haltsqlpolicies,haltsqlservers
@@ -181,12 +111,12 @@ verify "SELECT id, status FROM orders LIMIT 10"
 echo "\$ POST /v1/verify  SELECT id, email FROM orders LIMIT 10"
 verify "SELECT id, email FROM orders LIMIT 10"
 echo
-stop_pidfile "$state/serve.pid"
 
 if [ "${DEMO_STOP:-0}" = 1 ]; then
   say "stopping (DEMO_STOP=1)"
-  stop
+  hack/cluster.sh down node
+  rm -rf "$state"
   say "done in $((SECONDS - started))s"
 else
-  say "done in $((SECONDS - started))s. The cluster and the operator keep running (export KUBECONFIG=$kubeconfig; operator log .cluster/demo/operator.log). Stop them with: make cluster-down"
+  say "done in $((SECONDS - started))s. The cluster keeps running (export KUBECONFIG=$kubeconfig). Stop it with: make cluster-down"
 fi

@@ -36,7 +36,8 @@ trap 'rm -rf "$work"' EXIT
 # The runtime files of the distroless cc base: the shared libraries the two
 # binaries load (as ldd resolves them here), certificates and the user database.
 runtime=()
-for lib in $(ldd "$haltsql" "$operator" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}' | sort -u); do
+# (ldd of two files heads each list with "FILE:"; those lines are skipped.)
+for lib in $(ldd "$haltsql" "$operator" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u); do
   real=$(readlink -f "$lib")
   # Kept under the name the binary asks for (the loader's /lib64 path included).
   runtime+=(--file "$real:$lib:0755")

@@ -26,6 +26,9 @@ echo ">> build" >&2
 cargo build --workspace --bins --quiet
 export HALTSQL_BIN="${HALTSQL_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/haltsql}"
 
+echo ">> images" >&2
+hack/images.sh
+
 # Clusters this run starts are stopped at the end; ones already running are reused.
 for mode in full envtest node; do
   # Capture first: under pipefail, grep -q closing the pipe early would make a

@@ -116,3 +116,156 @@ fn build_context_excludes_local_state() {
         assert!(ignore.lines().any(|l| l.trim() == entry), "{entry}");
     }
 }
+
+/// The image archives of `make images` (hack/images.sh), in
+/// `HALTSQL_IMAGES_DIR` (default `.cache/images`).
+fn image_archive(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("HALTSQL_IMAGES_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| support::repo_root().join(".cache/images"));
+    let path = dir.join(format!("{name}.tar"));
+    assert!(
+        path.exists(),
+        "{} is missing: run `make images` first",
+        path.display()
+    );
+    path
+}
+
+/// One member of a tar archive, read with the system's tar.
+fn tar_member(archive: &std::path::Path, member: &str) -> Vec<u8> {
+    let out = std::process::Command::new("tar")
+        .arg("-xOf")
+        .arg(archive)
+        .arg(member)
+        .output()
+        .expect("run tar");
+    assert!(
+        out.status.success(),
+        "tar -xOf {} {member}",
+        archive.display()
+    );
+    out.stdout
+}
+
+/// The image config and the paths in its layers, from a docker-save archive.
+fn inspect_archive(archive: &std::path::Path) -> (serde_json::Value, Vec<String>) {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&tar_member(archive, "manifest.json")).expect("manifest.json");
+    let config_name = manifest[0]["Config"].as_str().expect("Config");
+    let config: serde_json::Value =
+        serde_json::from_slice(&tar_member(archive, config_name)).expect("config");
+    let mut paths = Vec::new();
+    for layer in manifest[0]["Layers"].as_array().expect("Layers") {
+        let layer = tar_member(archive, layer.as_str().expect("layer name"));
+        let mut child = std::process::Command::new("tar")
+            .arg("-tzf")
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run tar");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let writer = std::thread::spawn(move || {
+            use std::io::Write;
+            stdin.write_all(&layer).expect("write layer");
+        });
+        let out = child.wait_with_output().expect("tar -t");
+        writer.join().expect("writer");
+        assert!(out.status.success(), "tar -tz of a layer");
+        paths.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| format!("/{}", l.trim_end_matches('/'))),
+        );
+    }
+    (config, paths)
+}
+
+/// `["a", "b"]` of an exec-form instruction, as JSON.
+fn exec_form(stage: &[String], keyword: &str) -> Option<serde_json::Value> {
+    let prefix = format!("{keyword} ");
+    stage
+        .iter()
+        .rev()
+        .find_map(|i| i.strip_prefix(&prefix))
+        .map(|json| serde_json::from_str(json).expect("exec form"))
+}
+
+/// What the last stage of a Dockerfile says about the running image.
+struct Expected {
+    entrypoint: serde_json::Value,
+    cmd: serde_json::Value,
+    user: String,
+    binaries: Vec<String>,
+}
+
+fn expected_from(dockerfile_stages: &[&[String]]) -> Expected {
+    let last = dockerfile_stages[dockerfile_stages.len() - 1];
+    let entrypoint = exec_form(last, "ENTRYPOINT").expect("ENTRYPOINT");
+    // A stage that sets ENTRYPOINT resets the CMD it inherits.
+    let cmd = exec_form(last, "CMD").unwrap_or(serde_json::Value::Null);
+    let user = last
+        .iter()
+        .rev()
+        .find_map(|i| i.strip_prefix("USER "))
+        .expect("USER")
+        .to_owned();
+    let binaries = dockerfile_stages
+        .iter()
+        .flat_map(|s| s.iter())
+        .filter(|i| i.starts_with("COPY --from="))
+        .filter_map(|i| i.split_whitespace().last())
+        .map(str::to_owned)
+        .collect();
+    Expected {
+        entrypoint,
+        cmd,
+        user,
+        binaries,
+    }
+}
+
+fn assert_archive_matches(archive: &str, expected: Expected) {
+    let (config, paths) = inspect_archive(&image_archive(archive));
+    let run = &config["config"];
+    assert_eq!(
+        run["Entrypoint"], expected.entrypoint,
+        "{archive}: entrypoint"
+    );
+    let cmd = match &run["Cmd"] {
+        serde_json::Value::Array(a) if a.is_empty() => serde_json::Value::Null,
+        other => other.clone(),
+    };
+    assert_eq!(cmd, expected.cmd, "{archive}: cmd");
+    assert_eq!(run["User"], expected.user.as_str(), "{archive}: user");
+    for binary in &expected.binaries {
+        assert!(
+            paths.contains(binary),
+            "{archive}: {binary} not in {paths:?}"
+        );
+    }
+    // The user the image runs as exists, and /tmp is there for the writable mount.
+    for path in ["/etc/passwd", "/tmp"] {
+        assert!(paths.contains(&path.to_owned()), "{archive}: {path}");
+    }
+}
+
+#[test]
+fn haltsql_image_archive_agrees_with_its_dockerfile() {
+    let stages = stages(&instructions(&read("haltsql/Dockerfile")));
+    let last = [stages[stages.len() - 1].as_slice()];
+    assert_archive_matches("haltsql", expected_from(&last));
+}
+
+#[test]
+fn operator_image_archive_agrees_with_its_dockerfile() {
+    let haltsql = stages(&instructions(&read("haltsql/Dockerfile")));
+    let operator = stages(&instructions(&read("Dockerfile")));
+    // The final stage builds on the haltsql image: its files are in it too.
+    let layers = [
+        haltsql[haltsql.len() - 1].as_slice(),
+        operator[operator.len() - 1].as_slice(),
+    ];
+    assert_archive_matches("haltsql-operator", expected_from(&layers));
+}
