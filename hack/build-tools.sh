@@ -31,6 +31,8 @@ k8s_ldflags() {
 # build MODULE_DIR "LDFLAGS" PACKAGE...: builds into the cache (if needed), links into bin/.
 build() {
   local module=$1 ldflags=$2; shift 2
+  # HALTSQL_TOOLS="a b" builds (and links) only those modules.
+  if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" $module "* ]]; then return 0; fi
   local dir="$root/hack/tools/$module"
   local key
   key=$( { cat "$dir/go.mod" "$dir/go.sum"; echo "$ldflags"; go version; echo "$*"; } | sha256sum | cut -c1-16)
@@ -60,6 +62,11 @@ build kubernetes "$(k8s_ldflags)" \
 build etcd "-X go.etcd.io/etcd/api/v3/version.GitSHA=v3.6.8" go.etcd.io/etcd/server/v3
 build kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0" sigs.k8s.io/kwok/cmd/kwok
 build helm "-X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/internal/version.gitTreeState=clean" helm.sh/helm/v3/cmd/helm
+
+# The bundle tests' peers: an OCI registry and the oras client that publishes to it.
+build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.2" \
+  github.com/distribution/distribution/v3/cmd/registry
+build oras "" oras.land/oras/cmd/oras
 
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
 kwok_dir=$(cd "$root/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
