@@ -262,8 +262,9 @@ fn check_path(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Rejects a catalog given as a file reference before the loader sees the
-/// document: a bundle must not make the server open files of its own.
+/// Rejects another kind than Policy, and a catalog given as a file
+/// reference, before the loader sees the document: a bundle must not make
+/// the server open files of its own.
 fn refuse_catalog_file(shown: &Path, bytes: &[u8]) -> Result<(), String> {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return Ok(()); // the loader reports it, located
@@ -274,6 +275,17 @@ fn refuse_catalog_file(shown: &Path, bytes: &[u8]) -> Result<(), String> {
         ..
     }) = root
     {
+        for (k, v) in &entries {
+            let is_kind = k.as_scalar().is_some_and(|s| s.text == "kind");
+            if is_kind && v.as_scalar().is_some_and(|s| s.text != "Policy") {
+                return Err(format!(
+                    "{}:{}:{}: kind: a bundle holds only kind: Policy documents",
+                    shown.display(),
+                    v.line,
+                    v.column
+                ));
+            }
+        }
         for (k, v) in entries {
             let is_catalog = k.as_scalar().is_some_and(|s| s.text == "catalog");
             if is_catalog && matches!(v.value, yaml::Value::Scalar(_)) {
