@@ -514,7 +514,8 @@ fn oci_bundle_published_with_oras_is_served_updated_and_cached() {
     s.picked_up_in_one_poll(polls, "v2 from the registry", |s| {
         s.allowed(CUSTOMERS_SQL) == Some(true)
     });
-    assert_eq!(s.metric("haltsql_bundle_updates_total{"), 1.0);
+    // The first bundle from the registry, then v2.
+    assert_eq!(s.metric("haltsql_bundle_updates_total{"), 2.0);
 
     // The registry goes away: the bundle in use keeps serving.
     registry.stop();
@@ -637,8 +638,9 @@ fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
 
     // Signed by a key that is not in public_keys.
     let (v3, v3sig) = bundle(dir, "v3", &["orders", "customers"], &other);
-    let before = s.metric("haltsql_bundle_rejected_total{");
+    // (The tampered bundle is still there, and refused again at each poll.)
     let polls = s.after_a_poll();
+    let before = s.metric("haltsql_bundle_rejected_total{");
     publish(&www.join("prod.tar.gz.sig"), &v3sig);
     publish(&www.join("prod.tar.gz"), &v3);
     s.picked_up_in_one_poll(polls, "the foreign bundle refused", |s| {

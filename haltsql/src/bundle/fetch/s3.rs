@@ -129,16 +129,14 @@ impl S3 {
         let path = format!("{}/{}", self.path_prefix, encode(key, true));
         let url = format!("{}{path}", self.origin);
         let creds = self.credentials()?;
-        let signed = sigv4::sign(
-            "GET",
-            &self.host,
-            &path,
-            "",
-            &[],
-            &creds,
-            &self.region,
-            SystemTime::now(),
-        );
+        let req = sigv4::Request {
+            method: "GET",
+            host: &self.host,
+            path: &path,
+            query: "",
+            signed: &[],
+        };
+        let signed = sigv4::sign(&req, &creds, &self.region, SystemTime::now());
         let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
         for (k, v) in signed {
             let name = HeaderName::from_bytes(k.as_bytes())

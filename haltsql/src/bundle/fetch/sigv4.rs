@@ -63,22 +63,35 @@ pub fn amz_date(t: SystemTime) -> (String, String) {
     (time, date)
 }
 
+/// The request to sign.
+pub struct Request<'a> {
+    /// `GET` or `HEAD`.
+    pub method: &'a str,
+    /// The Host header (`host[:port]`).
+    pub host: &'a str,
+    /// The URI path as sent (already percent-encoded).
+    pub path: &'a str,
+    /// The canonical query string (sorted, encoded; empty for none).
+    pub query: &'a str,
+    /// Extra headers to sign, as `(lower-case name, value)`.
+    pub signed: &'a [(&'a str, &'a str)],
+}
+
 /// The headers to add to a request: `x-amz-date`, `x-amz-content-sha256`,
 /// `x-amz-security-token` (with a session token) and `authorization`.
-///
-/// `path` is the URI path as sent (already percent-encoded), `query` the
-/// canonical query string (sorted, encoded; empty for none), `signed` extra
-/// headers to sign as `(lower-case name, value)`.
 pub fn sign(
-    method: &str,
-    host: &str,
-    path: &str,
-    query: &str,
-    signed: &[(&str, &str)],
+    req: &Request<'_>,
     creds: &Credentials,
     region: &str,
     now: SystemTime,
 ) -> Vec<(String, String)> {
+    let Request {
+        method,
+        host,
+        path,
+        query,
+        signed,
+    } = *req;
     let (amz, date) = amz_date(now);
     let mut headers: Vec<(String, String)> = vec![
         ("host".into(), host.into()),
@@ -153,11 +166,13 @@ mod tests {
             session_token: None,
         };
         let h = sign(
-            "GET",
-            "examplebucket.s3.amazonaws.com",
-            "/test.txt",
-            "",
-            &[("range", "bytes=0-9")],
+            &Request {
+                method: "GET",
+                host: "examplebucket.s3.amazonaws.com",
+                path: "/test.txt",
+                query: "",
+                signed: &[("range", "bytes=0-9")],
+            },
             &creds,
             "us-east-1",
             UNIX_EPOCH + Duration::from_secs(1_369_353_600),
