@@ -39,5 +39,9 @@ done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 
+# The bundle tests' peers (registry, oras, nginx, s3s-fs): built or installed once per machine.
+echo ">> bundle test peers" >&2
+hack/install-peers.sh
+
 echo ">> cargo test" >&2
 cargo test --workspace --no-fail-fast

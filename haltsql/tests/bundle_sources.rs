@@ -388,6 +388,13 @@ impl Serve {
         }
     }
 
+    /// The poll count right after the first fetch (which made the server
+    /// ready): the next poll is a full interval away.
+    fn first_poll(&self) -> f64 {
+        wait_until("the first poll counted", 10, || self.polls() >= 1.0);
+        self.polls()
+    }
+
     /// Waits for a poll to finish, so that the next one is a full interval
     /// away; returns the poll count.
     fn after_a_poll(&self) -> f64 {
@@ -397,8 +404,10 @@ impl Serve {
     }
 
     /// Waits until `f` holds, then checks it took at most one poll since
-    /// `polls` (the count [`Serve::after_a_poll`] returned before publishing).
-    fn picked_up_in_one_poll(&self, polls: f64, what: &str, f: impl Fn(&Serve) -> bool) {
+    /// `polls` (the count right after a poll, taken before publishing).
+    /// Returns the poll count: a poll has just finished, so the next
+    /// change can be published at once.
+    fn picked_up_in_one_poll(&self, polls: f64, what: &str, f: impl Fn(&Serve) -> bool) -> f64 {
         wait_until(what, 3 * POLL_SECONDS, || f(self));
         let now = self.polls();
         assert!(
@@ -407,6 +416,7 @@ impl Serve {
             now - polls,
             self.metrics()
         );
+        now
     }
 }
 
@@ -508,7 +518,7 @@ fn oci_bundle_published_with_oras_is_served_updated_and_cached() {
     assert!(m.contains("revision=\"v1\""), "{m}");
 
     // A new version is picked up by the next poll.
-    let polls = s.after_a_poll();
+    let polls = s.first_poll();
     let (v2, v2sig) = bundle(dir, "v2", &["orders", "customers"], &key);
     oras_push(dir, &pki, &reference, &v2, &v2sig, user, password);
     s.picked_up_in_one_poll(polls, "v2 from the registry", |s| {
@@ -616,7 +626,7 @@ fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
     assert_eq!(s.allowed(CUSTOMERS_SQL), Some(false));
 
     // An unchanged bundle is a conditional GET answered 304.
-    s.after_a_poll();
+    let polls = s.after_a_poll();
     let access = std::fs::read_to_string(dir.join("nginx/access.log")).unwrap_or_default();
     assert!(
         access
@@ -627,9 +637,8 @@ fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
 
     // Tampered: another archive served next to v1's signature.
     let (v2, v2sig) = bundle(dir, "v2", &["orders", "customers"], &key);
-    let polls = s.after_a_poll();
     publish(&www.join("prod.tar.gz"), &v2);
-    s.picked_up_in_one_poll(polls, "the tampered bundle refused", |s| {
+    let polls = s.picked_up_in_one_poll(polls, "the tampered bundle refused", |s| {
         s.metric("haltsql_bundle_rejected_total{source=\"test\",reason=\"signature\"}") >= 1.0
     });
     assert_eq!(s.allowed(CUSTOMERS_SQL), Some(false));
@@ -638,12 +647,11 @@ fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
 
     // Signed by a key that is not in public_keys.
     let (v3, v3sig) = bundle(dir, "v3", &["orders", "customers"], &other);
-    // (The tampered bundle is still there, and refused again at each poll.)
-    let polls = s.after_a_poll();
+    // (The tampered bundle was refused by the poll that just finished.)
     let before = s.metric("haltsql_bundle_rejected_total{");
     publish(&www.join("prod.tar.gz.sig"), &v3sig);
     publish(&www.join("prod.tar.gz"), &v3);
-    s.picked_up_in_one_poll(polls, "the foreign bundle refused", |s| {
+    let polls = s.picked_up_in_one_poll(polls, "the foreign bundle refused", |s| {
         s.metric("haltsql_bundle_rejected_total{") > before
     });
     assert_eq!(s.allowed(CUSTOMERS_SQL), Some(false));
@@ -654,7 +662,6 @@ fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
     );
 
     // The same content signed by the trusted key is taken.
-    let polls = s.after_a_poll();
     publish(&www.join("prod.tar.gz.sig"), &v2sig);
     publish(&www.join("prod.tar.gz"), &v2);
     s.picked_up_in_one_poll(polls, "v2 signed by the trusted key", |s| {
@@ -693,6 +700,13 @@ fn s3_bundle_with_static_and_env_credentials() {
     let mut a = serve(&mkdir(&d1), "serve", &static_creds, &[&key], &[]);
     a.wait_ready();
     assert_eq!(a.allowed(ORDERS_SQL), Some(true), "{}", a.proc.log());
+    assert_eq!(a.allowed(CUSTOMERS_SQL), Some(false));
+
+    // A new version is picked up by the next poll (checked at the end).
+    let polls = a.first_poll();
+    let (v2, v2sig) = bundle(dir, "v2", &["orders", "customers"], &key);
+    publish(&objects.join("bundle.tar.gz.sig"), &v2sig);
+    publish(&objects.join("bundle.tar.gz"), &v2);
 
     let d2 = dir.join("env");
     let mut b = serve(
@@ -721,11 +735,6 @@ fn s3_bundle_with_static_and_env_credentials() {
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("HTTP 403"), "{body}");
 
-    // A new version is picked up by the next poll.
-    let polls = a.after_a_poll();
-    let (v2, v2sig) = bundle(dir, "v2", &["orders", "customers"], &key);
-    publish(&objects.join("bundle.tar.gz.sig"), &v2sig);
-    publish(&objects.join("bundle.tar.gz"), &v2);
     a.picked_up_in_one_poll(polls, "v2 from S3", |s| {
         s.allowed(CUSTOMERS_SQL) == Some(true)
     });
