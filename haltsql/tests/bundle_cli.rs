@@ -191,6 +191,38 @@ fn build_sign_verify_round_trip_and_refusals() {
         text(&o)
     );
 
+    // A catalog file next to a policy travels in the bundle and is checked.
+    write(
+        &dir.join("withcat/app/orders.yaml"),
+        format!("{POLICY}catalog: catalog/app.yaml\n"),
+    );
+    write(
+        &dir.join("withcat/app/catalog/app.yaml"),
+        "schemas:\n  app:\n    tables:\n      orders:\n        columns: [id, total]\n",
+    );
+    let o = haltsql(&["bundle", "build", "withcat", "-o", "c.tar.gz"], dir);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = haltsql(&["bundle", "sign", "--key", "k.key", "c.tar.gz"], dir);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = haltsql(
+        &["bundle", "verify", "--public-key", "k.pub", "c.tar.gz"],
+        dir,
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // ... and a catalog without the policy's column is a located error.
+    write(
+        &dir.join("withcat/app/catalog/app.yaml"),
+        "schemas:\n  app:\n    tables:\n      orders:\n        columns: [total]\n",
+    );
+    let o = haltsql(&["bundle", "build", "withcat", "-o", "c.tar.gz"], dir);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("withcat/app/orders.yaml:8:"),
+        "{}",
+        text(&o)
+    );
+    assert!(text(&o).contains("not in the catalog"), "{}", text(&o));
+
     // A name that the prefix makes too long is found by verify.
     let o = haltsql(
         &[
@@ -232,7 +264,20 @@ fn build_reports_located_policy_errors_and_refuses_other_files() {
     let o = haltsql(&["bundle", "build", "cat", "-o", "x.tar.gz"], dir);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
     assert!(
-        text(&o).contains("inline catalog, not a file reference"),
+        text(&o).contains("cat/p.yaml:9:10: catalog: other.yaml is not in cat"),
+        "{}",
+        text(&o)
+    );
+
+    write(&dir.join("secret.yaml"), "schemas: {}\n");
+    write(
+        &dir.join("out/p.yaml"),
+        format!("{POLICY}catalog: ../secret.yaml\n"),
+    );
+    let o = haltsql(&["bundle", "build", "out", "-o", "x.tar.gz"], dir);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("out/p.yaml:9:10: catalog: the path leaves the archive root"),
         "{}",
         text(&o)
     );
@@ -311,6 +356,7 @@ fn verify_refuses_hostile_archives_even_when_signed() {
     let dir = tmp.path();
     setup(dir);
     let p = POLICY.as_bytes();
+    let cat_policy = format!("{POLICY}catalog: ../../../../etc/passwd\n").into_bytes();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
         (
             "dotdot",
@@ -372,6 +418,18 @@ fn verify_refuses_hostile_archives_even_when_signed() {
                 ("x.yaml", tar::EntryType::Regular, p),
             ]),
             "the sha256 of x.yaml does not match",
+        ),
+        (
+            "catalogescape",
+            raw_archive(&[
+                (
+                    "manifest.json",
+                    tar::EntryType::Regular,
+                    &manifest_for(&[("x.yaml", &cat_policy)]),
+                ),
+                ("x.yaml", tar::EntryType::Regular, &cat_policy),
+            ]),
+            "catalog: ../../../../etc/passwd is not a catalog of this bundle",
         ),
         (
             "nomanifest",

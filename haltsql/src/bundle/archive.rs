@@ -43,6 +43,9 @@ pub struct Manifest {
     pub revision: Option<String>,
     /// The policy files, each exactly once.
     pub policies: Vec<ManifestEntry>,
+    /// Catalog snapshots that policies name with `catalog: FILE`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalogs: Vec<ManifestEntry>,
 }
 
 /// One policy file of the manifest.
@@ -116,22 +119,55 @@ fn located(errors: &[LocatedError]) -> String {
 pub fn build_dir(dir: &Path, revision: Option<String>) -> Result<Vec<u8>, BundleError> {
     let mut files = BTreeMap::new();
     collect(dir, dir, &mut files)?;
-    if files.is_empty() {
-        return Err(BundleError::Policy(format!(
-            "{}: no .yaml, .yml or .json policy files",
-            dir.display()
-        )));
+    let shown_dir = format!("{}/", dir.display());
+    // A document with a kind is a policy; a file a policy names with
+    // `catalog: FILE` is a catalog; anything else is a mistake.
+    let mut policies = Vec::new();
+    let mut catalogs = BTreeSet::new();
+    let mut errors = Vec::new();
+    // Policies whose catalog reference is wrong are not loaded (the loader
+    // would open what they name).
+    let mut bad_refs = BTreeSet::new();
+    for (rel, bytes) in &files {
+        let p = peek(bytes);
+        if p.kind.is_none() {
+            continue;
+        }
+        policies.push(rel.clone());
+        if let Some((file, line, col)) = p.catalog_file {
+            let checked = catalog_path(rel, &file);
+            if !checked.as_ref().is_ok_and(|c| files.contains_key(c)) {
+                bad_refs.insert(rel.clone());
+            }
+            match checked {
+                Ok(c) if files.contains_key(&c) => {
+                    catalogs.insert(c);
+                }
+                Ok(_) => errors.push(format!(
+                    "{shown_dir}{rel}:{line}:{col}: catalog: {file} is not in {}",
+                    dir.display()
+                )),
+                Err(e) => errors.push(format!("{shown_dir}{rel}:{line}:{col}: catalog: {e}")),
+            }
+        }
+    }
+    for rel in files.keys() {
+        if !policies.contains(rel) && !catalogs.contains(rel) {
+            errors.push(format!(
+                "{shown_dir}{rel}: neither a kind: Policy document nor a catalog that a policy names"
+            ));
+        }
+    }
+    if policies.is_empty() && errors.is_empty() {
+        errors.push(format!("{}: no policy documents", dir.display()));
     }
     let mut names = BTreeMap::new();
-    let mut errors = Vec::new();
-    for (rel, bytes) in &files {
-        let shown = dir.join(rel);
-        match check_policy_bytes(&shown, bytes, None) {
+    for rel in policies.iter().filter(|r| !bad_refs.contains(*r)) {
+        match check_policy_bytes(&shown_dir, dir, rel, &files[rel], None) {
             Ok(p) => {
                 if let Some(first) = names.insert(p.name.clone(), rel.clone()) {
                     errors.push(format!(
-                        "{}: policy {} is also defined in {first}",
-                        shown.display(),
+                        "{shown_dir}{rel}: policy {} is also defined in {first}",
                         p.name
                     ));
                 }
@@ -142,18 +178,17 @@ pub fn build_dir(dir: &Path, revision: Option<String>) -> Result<Vec<u8>, Bundle
     if !errors.is_empty() {
         return Err(BundleError::Policy(errors.join("\n")));
     }
+    let entry = |path: &String| ManifestEntry {
+        path: path.clone(),
+        sha256: hex::encode(Sha256::digest(&files[path])),
+    };
     let manifest = Manifest {
         api_version: load::API_VERSION.to_string(),
         kind: "BundleManifest".to_string(),
         format: FORMAT,
         revision,
-        policies: files
-            .iter()
-            .map(|(path, bytes)| ManifestEntry {
-                path: path.clone(),
-                sha256: hex::encode(Sha256::digest(bytes)),
-            })
-            .collect(),
+        policies: policies.iter().map(entry).collect(),
+        catalogs: catalogs.iter().map(entry).collect(),
     };
     let manifest_bytes =
         serde_json::to_vec_pretty(&manifest).map_err(|e| BundleError::Manifest(e.to_string()))?;
@@ -262,12 +297,21 @@ fn check_path(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Rejects another kind than Policy, and a catalog given as a file
-/// reference, before the loader sees the document: a bundle must not make
-/// the server open files of its own.
-fn refuse_catalog_file(shown: &Path, bytes: &[u8]) -> Result<(), String> {
+/// What a document says before it is loaded.
+struct Peek {
+    /// `kind`, if it is a string.
+    kind: Option<String>,
+    /// `catalog: FILE` as (file, line, column).
+    catalog_file: Option<(String, usize, usize)>,
+}
+
+fn peek(bytes: &[u8]) -> Peek {
+    let mut out = Peek {
+        kind: None,
+        catalog_file: None,
+    };
     let Ok(text) = std::str::from_utf8(bytes) else {
-        return Ok(()); // the loader reports it, located
+        return out; // the loader reports it, located
     };
     let (root, _) = yaml::parse(text, yaml::Limits::default());
     if let Some(yaml::Node {
@@ -275,42 +319,64 @@ fn refuse_catalog_file(shown: &Path, bytes: &[u8]) -> Result<(), String> {
         ..
     }) = root
     {
-        for (k, v) in &entries {
-            let is_kind = k.as_scalar().is_some_and(|s| s.text == "kind");
-            if is_kind && v.as_scalar().is_some_and(|s| s.text != "Policy") {
-                return Err(format!(
-                    "{}:{}:{}: kind: a bundle holds only kind: Policy documents",
-                    shown.display(),
-                    v.line,
-                    v.column
-                ));
-            }
-        }
         for (k, v) in entries {
-            let is_catalog = k.as_scalar().is_some_and(|s| s.text == "catalog");
-            if is_catalog && matches!(v.value, yaml::Value::Scalar(_)) {
-                return Err(format!(
-                    "{}:{}:{}: catalog: a bundle policy must have an inline catalog, not a file reference",
-                    shown.display(),
-                    v.line,
-                    v.column
-                ));
+            let key = k.as_scalar().map(|s| s.text.as_str());
+            match (key, v.as_scalar()) {
+                (Some("kind"), Some(s)) => out.kind = Some(s.text.clone()),
+                (Some("catalog"), Some(s)) => {
+                    out.catalog_file = Some((s.text.clone(), v.line, v.column));
+                }
+                _ => {}
             }
         }
     }
-    Ok(())
+    out
 }
 
-/// Loads one policy document from memory; `prefix` is prepended to its name.
+/// The archive path `catalog: FILE` names from the policy at `policy`:
+/// relative to the policy's folder, and inside the archive.
+fn catalog_path(policy: &str, file: &str) -> Result<String, String> {
+    let folder = policy.rsplit_once('/').map_or("", |(d, _)| d);
+    let joined = if folder.is_empty() {
+        file.to_string()
+    } else {
+        format!("{folder}/{file}")
+    };
+    check_path(&joined).map(|()| joined)
+}
+
+/// Loads the policy document `rel` (an archive path). Errors name it
+/// `{shown_dir}{rel}`; a catalog file it names is read from `at_dir`;
+/// `prefix` is prepended to its name. Documents of another kind are
+/// refused before the loader sees them.
 fn check_policy_bytes(
-    shown: &Path,
+    shown_dir: &str,
+    at_dir: &Path,
+    rel: &str,
     bytes: &[u8],
     prefix: Option<&str>,
 ) -> Result<LoadedPolicy, String> {
-    refuse_catalog_file(shown, bytes)?;
-    let report = load::load_bytes(shown, bytes, &LoadOptions::default());
+    let shown = PathBuf::from(format!("{shown_dir}{rel}"));
+    let at = at_dir.join(rel);
+    let p = peek(bytes);
+    if p.kind.as_deref().is_some_and(|k| k != "Policy") {
+        return Err(format!(
+            "{}: kind: a bundle holds only kind: Policy documents (and the catalogs they name)",
+            shown.display()
+        ));
+    }
+    let report = load::load_bytes(&at, bytes, &LoadOptions::default());
+    let at_prefix = format!("{}/", at_dir.display());
+    let relabel = |e: &LocatedError| {
+        let mut e = e.clone();
+        if let Some(rest) = e.file.strip_prefix(&at_prefix) {
+            e.file = format!("{shown_dir}{rest}");
+        }
+        e
+    };
     if !report.errors.is_empty() {
-        return Err(located(&report.errors));
+        let errors: Vec<LocatedError> = report.errors.iter().map(relabel).collect();
+        return Err(located(&errors));
     }
     let mut policy = match (report.policies.len(), report.configs.len()) {
         (1, 0) => report.policies.into_iter().next(),
@@ -322,6 +388,7 @@ fn check_policy_bytes(
             shown.display()
         )
     })?;
+    policy.file = shown.clone();
     if let Some(prefix) = prefix {
         let name = format!("{prefix}{}", policy.name);
         if name.len() > 253 || !is_dns1123_subdomain(&name) {
@@ -439,39 +506,28 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
         return Err(BundleError::Manifest("policies is empty".to_string()));
     }
     let mut listed = BTreeSet::new();
-    let mut policies = Vec::new();
-    let mut names = BTreeMap::new();
-    let mut errors = Vec::new();
-    for (i, e) in manifest.policies.iter().enumerate() {
-        let at = format!("policies[{i}]");
-        if !listed.insert(e.path.clone()) {
-            return Err(BundleError::Manifest(format!(
-                "{at}: {} is listed twice",
-                e.path
-            )));
-        }
-        let data = files.get(&e.path).ok_or_else(|| {
-            BundleError::Manifest(format!("{at}: {} is not in the archive", e.path))
-        })?;
-        if hex::encode(Sha256::digest(data)) != e.sha256 {
-            return Err(BundleError::Manifest(format!(
-                "{at}: the sha256 of {} does not match",
-                e.path
-            )));
-        }
-        let shown = PathBuf::from(format!("{label}:{}", e.path));
-        match check_policy_bytes(&shown, data, prefix) {
-            Ok(p) => {
-                if let Some(first) = names.insert(p.name.clone(), e.path.clone()) {
-                    errors.push(format!(
-                        "{}: policy {} is also defined in {first}",
-                        shown.display(),
-                        p.name
-                    ));
-                }
-                policies.push(p);
+    let lists = [
+        ("policies", &manifest.policies),
+        ("catalogs", &manifest.catalogs),
+    ];
+    for (list, entries) in lists {
+        for (i, e) in entries.iter().enumerate() {
+            let at = format!("{list}[{i}]");
+            if !listed.insert(e.path.clone()) {
+                return Err(BundleError::Manifest(format!(
+                    "{at}: {} is listed twice",
+                    e.path
+                )));
             }
-            Err(msg) => errors.push(msg),
+            let data = files.get(&e.path).ok_or_else(|| {
+                BundleError::Manifest(format!("{at}: {} is not in the archive", e.path))
+            })?;
+            if hex::encode(Sha256::digest(data)) != e.sha256 {
+                return Err(BundleError::Manifest(format!(
+                    "{at}: the sha256 of {} does not match",
+                    e.path
+                )));
+            }
         }
     }
     if let Some(extra) = files.keys().find(|k| !listed.contains(*k)) {
@@ -479,6 +535,65 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
             path: extra.clone(),
             reason: format!("not listed in {MANIFEST}"),
         });
+    }
+    // Catalog files are read by the loader from a private folder that holds
+    // nothing else; policies are loaded from memory.
+    let catalog_root = if manifest.catalogs.is_empty() {
+        None
+    } else {
+        let d = tempfile::Builder::new()
+            .prefix("haltsql-bundle-")
+            .tempdir()
+            .map_err(|e| BundleError::Io {
+                path: std::env::temp_dir(),
+                source: e,
+            })?;
+        for c in &manifest.catalogs {
+            let p = d.path().join(&c.path);
+            let io = |source| BundleError::Io {
+                path: p.clone(),
+                source,
+            };
+            if let Some(parent) = p.parent() {
+                std::fs::create_dir_all(parent).map_err(io)?;
+            }
+            std::fs::write(&p, &files[&c.path]).map_err(io)?;
+        }
+        Some(d)
+    };
+    let catalog_paths: BTreeSet<&str> = manifest.catalogs.iter().map(|c| c.path.as_str()).collect();
+    let at_dir = catalog_root.as_ref().map_or_else(
+        || PathBuf::from("/nonexistent/haltsql-bundle"),
+        |d| d.path().to_path_buf(),
+    );
+    let shown_dir = format!("{label}:");
+    let mut policies = Vec::new();
+    let mut names = BTreeMap::new();
+    let mut errors = Vec::new();
+    for e in &manifest.policies {
+        let data = &files[&e.path];
+        if let Some((file, line, col)) = peek(data).catalog_file {
+            let ok = catalog_path(&e.path, &file).is_ok_and(|c| catalog_paths.contains(c.as_str()));
+            if !ok {
+                errors.push(format!(
+                    "{shown_dir}{}:{line}:{col}: catalog: {file} is not a catalog of this bundle (manifest.json catalogs)",
+                    e.path
+                ));
+                continue;
+            }
+        }
+        match check_policy_bytes(&shown_dir, &at_dir, &e.path, data, prefix) {
+            Ok(p) => {
+                if let Some(first) = names.insert(p.name.clone(), e.path.clone()) {
+                    errors.push(format!(
+                        "{shown_dir}{}: policy {} is also defined in {first}",
+                        e.path, p.name
+                    ));
+                }
+                policies.push(p);
+            }
+            Err(msg) => errors.push(msg),
+        }
     }
     if !errors.is_empty() {
         return Err(BundleError::Policy(errors.join("\n")));
