@@ -262,6 +262,10 @@ impl Bundles {
         let download = match fetcher.fetch(known.as_deref()).await {
             Ok(Fetched::Unchanged) => {
                 let mut st = lock(&src.status);
+                // The source confirmed the cached bundle.
+                if let Some(c) = st.current.as_mut() {
+                    c.origin = "source";
+                }
                 *st.fetches.entry("unchanged").or_default() += 1;
                 st.last_success = Some(SystemTime::now());
                 st.last_error = None;
