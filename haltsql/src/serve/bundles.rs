@@ -279,9 +279,8 @@ impl Bundles {
         };
         // Unpacking and loading can take a while for a large bundle: keep
         // it off the threads that serve requests.
-        let checked = tokio::task::block_in_place(|| {
-            self.check(i, &download.bundle, &download.signature)
-        });
+        let checked =
+            tokio::task::block_in_place(|| self.check(i, &download.bundle, &download.signature));
         let _guard = lock(&self.compose_lock);
         let result = checked.and_then(|b| {
             let same = lock(&src.status)
