@@ -14,7 +14,7 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-20s %s\n", $$1, $$2}'
 
 .PHONY: tools
-tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, etcd, kwok and helm from Go modules into bin/.
+tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, kube-proxy, etcd, kwok and helm from Go modules into bin/.
 	hack/build-tools.sh
 
 .PHONY: peers
@@ -43,6 +43,10 @@ install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image
 
 HALTSQL_IMG ?= haltsql:dev
 
+.PHONY: images
+images: tools ## Build the haltsql and operator images as archives in .cache/images (no Docker needed).
+	hack/images.sh
+
 .PHONY: docker-build-haltsql
 docker-build-haltsql: ## Build the haltsql image HALTSQL_IMG from ./haltsql (needs Docker).
 	docker build -f haltsql/Dockerfile -t "$(HALTSQL_IMG)" .
@@ -59,10 +63,19 @@ cluster-up: tools ## Start the full local cluster (kubeconfig: .cluster/kubeconf
 cluster-up-envtest: tools ## Start etcd + kube-apiserver only (kubeconfig: .cluster/envtest/kubeconfig).
 	hack/cluster.sh up envtest
 
+.PHONY: cluster-up-node
+cluster-up-node: tools ## Start the control plane with a real node (root; kubeconfig: .cluster/node/kubeconfig).
+	hack/cluster.sh up node
+
 .PHONY: cluster-down
-cluster-down: ## Stop both local clusters and remove their state.
+cluster-down: ## Stop every local cluster (full, envtest, node) and remove their state.
 	hack/cluster.sh down full
 	hack/cluster.sh down envtest
+	hack/cluster.sh down node
+
+.PHONY: cluster-check-clean
+cluster-check-clean: ## Fail if a node run left a process, mount, interface, rule or cgroup behind.
+	hack/cluster.sh check-clean node
 
 .PHONY: lint
 lint: ## cargo fmt --check and clippy with warnings as errors.

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the local control plane's binaries (Kubernetes, etcd, kwok, helm) from
+# Builds the local control plane's binaries (Kubernetes with the node's kubelet
+# and kube-proxy, etcd, kwok, helm) from
 # the pinned Go modules under hack/tools/ and links them into bin/.
 #
 # Built binaries live in a per-machine cache keyed by each module's go.mod,
@@ -58,10 +59,14 @@ build kubernetes "$(k8s_ldflags)" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler \
-  k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kubectl \
+  k8s.io/kubernetes/cmd/kubelet \
+  k8s.io/kubernetes/cmd/kube-proxy
 build etcd "-X go.etcd.io/etcd/api/v3/version.GitSHA=v3.6.8" go.etcd.io/etcd/server/v3
 build kwok "-X sigs.k8s.io/kwok/pkg/consts.Version=v0.8.0" sigs.k8s.io/kwok/cmd/kwok
 build helm "-X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/v3/internal/version.gitTreeState=clean" helm.sh/helm/v3/cmd/helm
+# Our own image packer (go-containerregistry): images without Docker or a registry.
+build oci-image "" .
 
 # The bundle tests' peers: an OCI registry and the oras client that publishes to it.
 build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.2" \

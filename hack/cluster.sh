@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # The local control plane used by the tests and the demo, built from source by
-# hack/build-tools.sh. Everything listens on loopback only.
+# hack/build-tools.sh. Everything listens on loopback only (the node mode's
+# 198.19.0.1 sits on lo too).
 #
-#   hack/cluster.sh up [full|envtest]   start (idempotent) and wait until ready
-#   hack/cluster.sh down [full|envtest] stop exactly the processes it started, remove state
-#   hack/cluster.sh status [full|envtest]
+#   hack/cluster.sh up [full|envtest|node]   start (idempotent) and wait until ready
+#   hack/cluster.sh down [full|envtest|node] stop exactly the processes it started, remove state
+#   hack/cluster.sh status [full|envtest|node]
+#   hack/cluster.sh load node FILE.tar...    import image archives into the node's containerd
+#   hack/cluster.sh check-clean node         list (and fail on) anything a node run left behind
 #
 # full:    etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok
 #          with one fake Node; kubeconfig at .cluster/kubeconfig.
 # envtest: etcd and kube-apiserver only (no controllers: tests write Deployment
 #          status themselves); kubeconfig at .cluster/envtest/kubeconfig.
+# node:    a real node (needs root): the full control plane plus containerd,
+#          kubelet and kube-proxy, pods on a bridge in 198.18.0.0/24; see
+#          hack/cluster-node.sh. Kubeconfig at .cluster/node/kubeconfig.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="$root/bin"
 cmd=${1:-}
 mode=${2:-full}
+[ $# -ge 2 ] && shift 2 || shift $#
 
 # HALTSQL_CLUSTER_PORT_OFFSET moves every port, so a second checkout can run
 # its own clusters beside the first.
@@ -23,14 +30,19 @@ offset=${HALTSQL_CLUSTER_PORT_OFFSET:-0}
 case "$mode" in
   full)    etcd_port=$((12379 + offset)); api_port=$((16443 + offset)) ;;
   envtest) etcd_port=$((22379 + offset)); api_port=$((26443 + offset)) ;;
-  *) echo "unknown cluster mode: $mode (full or envtest)" >&2; exit 2 ;;
+  node)    etcd_port=$((32379 + offset)); api_port=$((36443 + offset)) ;;
+  *) echo "unknown cluster mode: $mode (full, envtest or node)" >&2; exit 2 ;;
 esac
+# The node's pods reach the API server through the kubernetes Service, so it
+# listens on the node's own address (on lo) instead of 127.0.0.1.
+api_host=127.0.0.1
 state="$root/.cluster/$mode"
 pki="$state/pki"
 logs="$state/logs"
 kubeconfig="$state/kubeconfig"
 components=(etcd kube-apiserver)
 [ "$mode" = full ] && components+=(kube-controller-manager kube-scheduler kwok)
+[ "$mode" = node ] && components+=(kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
 
 log() { echo ">> [$mode] $*" >&2; }
 
@@ -67,7 +79,7 @@ make_pki() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=haltsql-local-ca" \
       -keyout ca.key -out ca.crt 2>/dev/null
     cat >serving.ext <<EXT
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc${extra_sans:-}
 extendedKeyUsage=serverAuth
 EXT
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
@@ -90,7 +102,7 @@ kind: Config
 clusters:
 - name: haltsql-$mode
   cluster:
-    server: https://127.0.0.1:$api_port
+    server: https://$api_host:$api_port
     certificate-authority: $pki/ca.crt
 users:
 - name: local-admin
@@ -106,12 +118,20 @@ KC
 
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
+apiserver_mode_flags=(--service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none --authorization-mode RBAC)
+if [ "$mode" = node ]; then
+  # shellcheck source=hack/cluster-node.sh
+  source "$root/hack/cluster-node.sh"
+fi
+
 up() {
   for tool in etcd kube-apiserver kubectl; do
     [ -x "$bin/$tool" ] || { echo "missing $bin/$tool: run 'make tools' first" >&2; exit 1; }
   done
+  [ "$mode" = node ] && node_prepare
   mkdir -p "$state" "$logs"
   make_pki
+  [ "$mode" = node ] && node_pki
   write_kubeconfig
   [ "$mode" = full ] && ln -sfn "full/kubeconfig" "$root/.cluster/kubeconfig"
 
@@ -125,19 +145,17 @@ up() {
 
   start kube-apiserver "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --bind-address "$api_host" --advertise-address "$api_host" --secure-port "$api_port" \
     --cert-dir "$state/apiserver-certs" \
     --tls-cert-file "$pki/serving.crt" --tls-private-key-file "$pki/serving.key" \
     --client-ca-file "$pki/ca.crt" \
-    --authorization-mode RBAC \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
-    --endpoint-reconciler-type none \
+    "${apiserver_mode_flags[@]}" \
     --v=1
   wait_for "kube-apiserver /readyz" 120 kubectl get --raw /readyz
 
-  if [ "$mode" = full ]; then
+  if [ "$mode" = full ] || [ "$mode" = node ]; then
     start kube-controller-manager "$bin/kube-controller-manager" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 \
@@ -150,6 +168,10 @@ up() {
     start kube-scheduler "$bin/kube-scheduler" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --v=1
+  fi
+  if [ "$mode" = node ]; then
+    node_up
+  elif [ "$mode" = full ]; then
     local stages=()
     for f in "$bin"/kwok-stages/*.yaml; do stages+=(--config "$f"); done
     start kwok "$bin/kwok" --kubeconfig "$kubeconfig" \
@@ -173,6 +195,7 @@ NODE
 }
 
 down() {
+  if [ "$mode" = node ]; then node_down; return; fi
   local name
   for ((i = ${#components[@]} - 1; i >= 0; i--)); do
     name=${components[$i]}
@@ -199,5 +222,7 @@ case "$cmd" in
   up) up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up|down|status [full|envtest]" >&2; exit 2 ;;
+  load) [ "$mode" = node ] || { echo "load: only the node mode runs images" >&2; exit 2; }; node_load "$@" ;;
+  check-clean) [ "$mode" = node ] || { echo "check-clean: only for the node mode" >&2; exit 2; }; node_check_clean ;;
+  *) echo "usage: $0 up|down|status [full|envtest|node] | load node FILE.tar... | check-clean node" >&2; exit 2 ;;
 esac

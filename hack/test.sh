@@ -8,6 +8,7 @@ cd "$root"
 stop_clusters() {
   hack/cluster.sh down full >/dev/null 2>&1 || true
   hack/cluster.sh down envtest >/dev/null 2>&1 || true
+  hack/cluster.sh down node >/dev/null 2>&1 || true
 }
 started=()
 cleanup() {
@@ -26,7 +27,7 @@ cargo build --workspace --bins --quiet
 export HALTSQL_BIN="${HALTSQL_BIN:-${CARGO_TARGET_DIR:-$root/target}/debug/haltsql}"
 
 # Clusters this run starts are stopped at the end; ones already running are reused.
-for mode in full envtest; do
+for mode in full envtest node; do
   # Capture first: under pipefail, grep -q closing the pipe early would make a
   # running cluster look stopped (and this run would stop it at the end).
   cluster_status=$(hack/cluster.sh status "$mode")
@@ -38,6 +39,7 @@ for mode in full envtest; do
 done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
+export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
 
 # The bundle tests' peers (registry, oras, nginx, s3s-fs): built or installed once per machine.
 echo ">> bundle test peers" >&2

@@ -19,6 +19,9 @@ pub enum Cluster {
     Full,
     /// etcd + kube-apiserver only: nothing acts on Deployments but the test.
     Envtest,
+    /// The control plane plus a real node (containerd, kubelet, kube-proxy):
+    /// pods run as containers (`hack/cluster.sh up node`).
+    Node,
 }
 
 impl Cluster {
@@ -26,6 +29,7 @@ impl Cluster {
         let (var, default) = match self {
             Cluster::Full => ("HALTSQL_TEST_KUBECONFIG", ".cluster/full/kubeconfig"),
             Cluster::Envtest => ("HALTSQL_ENVTEST_KUBECONFIG", ".cluster/envtest/kubeconfig"),
+            Cluster::Node => ("HALTSQL_NODE_KUBECONFIG", ".cluster/node/kubeconfig"),
         };
         std::env::var_os(var)
             .map(PathBuf::from)
