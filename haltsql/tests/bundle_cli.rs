@@ -507,3 +507,30 @@ fn validate_allows_plain_http_only_for_loopback_registries() {
         }
     }
 }
+
+#[test]
+fn serve_refuses_s3_web_identity_and_instance_credentials_for_bundles() {
+    use base64::Engine as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let raw = ed25519_dalek::SigningKey::from_bytes(&[2u8; 32])
+        .verifying_key()
+        .to_bytes();
+    let key = base64::engine::general_purpose::STANDARD.encode(raw);
+    for source in ["web_identity", "instance"] {
+        let config = format!(
+            "apiVersion: haltsql.dev/v1\nkind: Config\nserver: {{listen: 127.0.0.1:0}}\npolicies:\n  - bundle_source:\n      name: b\n      s3: {{bucket: policies, key: b.tar.gz, credentials: {{source: {source}}}}}\n      public_keys: [\"{key}\"]\n"
+        );
+        write(&dir.join("c.yaml"), config);
+        let o = haltsql(&["validate", "c.yaml"], dir);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let o = haltsql(&["serve", "--config", "c.yaml"], dir);
+        assert_eq!(o.status.code(), Some(2), "{source}: {}", text(&o));
+        assert!(
+            text(&o).contains("bundle source b: S3 credentials source web_identity and instance")
+                && text(&o).contains("not implemented"),
+            "{source}: {}",
+            text(&o)
+        );
+    }
+}
