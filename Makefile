@@ -17,6 +17,10 @@ help: ## List the targets.
 tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet, kube-proxy, etcd, kwok and helm from Go modules into bin/.
 	hack/build-tools.sh
 
+.PHONY: peers
+peers: ## Build or install the bundle tests' peers (registry, oras, s3s-fs, nginx) into bin/.
+	hack/install-peers.sh
+
 .PHONY: build
 build: ## Build the operator and the haltsql CLI (debug).
 	$(CARGO) build --workspace --bins

@@ -32,6 +32,8 @@ k8s_ldflags() {
 # build MODULE_DIR "LDFLAGS" PACKAGE...: builds into the cache (if needed), links into bin/.
 build() {
   local module=$1 ldflags=$2; shift 2
+  # HALTSQL_TOOLS="a b" builds (and links) only those modules.
+  if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" $module "* ]]; then return 0; fi
   local dir="$root/hack/tools/$module"
   local key
   key=$( { cat "$dir/go.mod" "$dir/go.sum"; echo "$ldflags"; go version; echo "$*"; } | sha256sum | cut -c1-16)
@@ -66,7 +68,16 @@ build helm "-X helm.sh/helm/v3/internal/version.version=v3.22.0 -X helm.sh/helm/
 # Our own image packer (go-containerregistry): images without Docker or a registry.
 build oci-image "" .
 
+# The bundle tests' peers: an OCI registry and the oras client that publishes to it.
+build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.2" \
+  github.com/distribution/distribution/v3/cmd/registry
+build oras "" oras.land/oras/cmd/oras
+
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
+if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" kwok "* ]]; then
+  echo ">> tools ready in $bin" >&2
+  exit 0
+fi
 kwok_dir=$(cd "$root/hack/tools/kwok" && go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
 mkdir -p "$bin/kwok-stages"
 for stage in node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml \

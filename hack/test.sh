@@ -44,5 +44,9 @@ export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
 
+# The bundle tests' peers (registry, oras, nginx, s3s-fs): built or installed once per machine.
+echo ">> bundle test peers" >&2
+hack/install-peers.sh
+
 echo ">> cargo test" >&2
 cargo test --workspace --no-fail-fast

@@ -237,6 +237,42 @@ async fn bundle_source_config_is_valid_without_secrets() {
     f.assert_clean();
 }
 
+/// The guide's rule: `plainHTTP` only for a loopback registry, reported
+/// by haltsql validate with the field's location.
+#[tokio::test]
+async fn plain_http_is_valid_only_for_loopback_registries() {
+    let f = Fixture::new();
+    let v = f.real();
+    let spec = |registry: &str| {
+        let mut spec = bundle_spec();
+        if let Some(oci) = spec.bundle_source.as_mut().and_then(|b| b.oci.as_mut()) {
+            oci.r#ref = format!("{registry}/haltsql-policies:prod");
+            oci.plain_http = Some(true);
+            oci.auth = None;
+        }
+        spec
+    };
+    let doc = validation_document("prod", &spec("registry.corp.example:5000"))
+        .expect("validation document");
+    let Verdict::Invalid { message } = v.validate(&doc).await else {
+        panic!("expected invalid: {}", doc.contents);
+    };
+    assert!(
+        message.contains("oci.plain_http: plain_http is only allowed for loopback registries"),
+        "{message}"
+    );
+    for registry in ["localhost:5000", "127.0.0.1:5000"] {
+        let doc = validation_document("prod", &spec(registry)).expect("validation document");
+        assert_eq!(
+            v.validate(&doc).await,
+            Verdict::Valid { policy_name: None },
+            "{}",
+            doc.contents
+        );
+    }
+    f.assert_clean();
+}
+
 #[tokio::test]
 async fn child_sees_no_environment_and_a_private_directory() {
     let f = Fixture::new();

@@ -4,6 +4,7 @@
 //! `haltsql serve`; [`cli`] holds the command line.
 
 pub mod audit;
+pub mod bundle;
 pub mod check;
 pub mod cli;
 pub mod engine;

@@ -19,6 +19,7 @@ enum Command {
     HashToken(cli::HashTokenArgs),
     Serve(haltsql::serve::ServeArgs),
     Check(haltsql::check::CheckArgs),
+    Bundle(haltsql::bundle::cli::BundleArgs),
 }
 
 fn main() -> ExitCode {
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         Command::HashToken(args) => cli::hash_token(args),
         Command::Serve(args) => haltsql::serve::run(args),
         Command::Check(args) => haltsql::check::run(args),
+        Command::Bundle(args) => haltsql::bundle::cli::run(args),
     };
     ExitCode::from(u8::try_from(code).unwrap_or(2))
 }

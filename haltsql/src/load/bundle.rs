@@ -648,6 +648,24 @@ fn parse_location(
                 );
                 return None;
             }
+            // The guide's rule: plain HTTP only to a registry on this host.
+            if plain_http == Some(true)
+                && let Some(r) = &reference
+                && let Some(n) = m.get("plain_http")
+            {
+                let registry = r.split('/').next().unwrap_or("");
+                let host = crate::bundle::fetch::oci::host_of(registry);
+                if !crate::bundle::fetch::oci::is_loopback_host(host) {
+                    doc.error(
+                        n,
+                        &join(path, "plain_http"),
+                        format!(
+                            "plain_http is only allowed for loopback registries (localhost, 127.0.0.0/8, [::1]), not {registry}"
+                        ),
+                    );
+                    return None;
+                }
+            }
             Some(BundleLocation::Oci {
                 reference: reference?,
                 plain_http: plain_http?,

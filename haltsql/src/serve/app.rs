@@ -1,7 +1,7 @@
 //! The HTTP routes: `POST /v1/verify`, `GET /healthz`, `GET /readyz`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::body::Body;
@@ -14,15 +14,31 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 
 use super::auth::Authenticator;
+use super::bundles::Bundles;
 use crate::audit::AuditLog;
 use crate::engine::pool::VerifyPool;
 
+/// The policy set in use: `None` until every bundle source has a bundle;
+/// swapped whole when a new bundle is accepted.
+pub type AuthSlot = Arc<RwLock<Option<Arc<Authenticator>>>>;
+
 pub struct AppState {
-    pub auth: Authenticator,
+    pub auth: AuthSlot,
+    pub bundles: Option<Arc<Bundles>>,
     pub max_request_bytes: usize,
     pub pool: VerifyPool,
     pub audit: AuditLog,
     pub ready: AtomicBool,
+}
+
+impl AppState {
+    /// The policy set of this moment (a request keeps the one it started with).
+    pub fn current_auth(&self) -> Option<Arc<Authenticator>> {
+        self.auth
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 /// The API router (also answers the health routes).
@@ -40,6 +56,7 @@ pub fn health_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
         .with_state(state)
 }
@@ -57,11 +74,37 @@ async fn healthz() -> Response {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.ready.load(Ordering::Acquire) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response()
+    if !state.ready.load(Ordering::Acquire) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
+    if let Some(b) = &state.bundles
+        && !b.ready()
+    {
+        let mut reasons = b.not_ready_reasons();
+        if reasons.is_empty() {
+            reasons.push("the bundles do not make a usable policy set (see the log)".to_string());
+        }
+        let body = format!("not ready\n{}\n", reasons.join("\n"));
+        return (StatusCode::SERVICE_UNAVAILABLE, body).into_response();
+    }
+    (StatusCode::OK, "ready\n").into_response()
+}
+
+/// Prometheus text format: the bundle state (empty without bundle sources).
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let mut out = String::new();
+    if let Some(b) = &state.bundles {
+        b.metrics(&mut out);
+    }
+    (
+        StatusCode::OK,
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -70,7 +113,13 @@ struct VerifyRequest {
 }
 
 async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
-    let caller = match state.auth.authenticate(&headers) {
+    let Some(auth) = state.current_auth() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the policies are not loaded yet (bundle sources)",
+        );
+    };
+    let caller = match auth.authenticate(&headers) {
         Ok(c) => c,
         Err(e) => {
             let mut r = error(StatusCode::UNAUTHORIZED, e.message());

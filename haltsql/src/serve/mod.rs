@@ -8,6 +8,7 @@
 
 pub mod app;
 pub mod auth;
+pub mod bundles;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -59,6 +60,8 @@ pub enum ServeError {
     Unsupported(String),
     #[error("token {token} names policy {policy}, which is not loaded")]
     UnknownPolicy { token: String, policy: String },
+    #[error("two policies are named {0} (file policies and bundles together)")]
+    DuplicatePolicy(String),
     #[error("allow_unauthenticated is on but default_policy {0} is not loaded")]
     NoDefaultPolicy(String),
     #[error(transparent)]
@@ -122,8 +125,12 @@ fn init_logging(config: &LoadedConfig) {
 /// Features the contract lets this server refuse, found in `config`.
 pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
     let mut out = Vec::new();
-    if !config.bundle_sources.is_empty() {
-        out.push("fetching bundle sources (policies[].bundle_source)".to_string());
+    for b in &config.bundle_sources {
+        if let Err(crate::bundle::fetch::FetchError::Unsupported(what)) =
+            crate::bundle::fetch::Fetcher::new(&b.location)
+        {
+            out.push(format!("bundle source {}: {what}", b.name));
+        }
     }
     if !config.server.auth.oidc.is_empty() {
         out.push("OIDC authentication (server.auth.oidc)".to_string());
@@ -150,11 +157,48 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
     if let Some(feature) = unsupported_features(config).into_iter().next() {
         return Err(ServeError::Unsupported(feature));
     }
-    let policies: HashMap<String, Arc<Policy>> = config
-        .policies
-        .iter()
-        .map(|p| (p.name.clone(), Arc::new(Policy::new(&Rules::from(p)))))
-        .collect();
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let auth: app::AuthSlot = Arc::default();
+    let config = Arc::new(config.clone());
+    let bundles = if config.bundle_sources.is_empty() {
+        *auth
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) =
+            Some(Arc::new(build_auth(&config, &[])?));
+        None
+    } else {
+        // The policy set is published once every source has a bundle.
+        Some(bundles::Bundles::new(
+            Arc::clone(&config),
+            Arc::clone(&auth),
+        ))
+    };
+    Ok(AppState {
+        auth,
+        bundles,
+        max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
+        pool: VerifyPool::new(threads)?,
+        audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
+        ready: AtomicBool::new(false),
+    })
+}
+
+/// The authenticator for the config's file policies plus `extra` (the
+/// bundles' policies): every token and the default policy must resolve,
+/// and no two policies may share a name.
+pub fn build_auth(
+    config: &LoadedConfig,
+    extra: &[load::LoadedPolicy],
+) -> Result<Authenticator, ServeError> {
+    let mut policies: HashMap<String, Arc<Policy>> = HashMap::new();
+    for p in config.policies.iter().chain(extra) {
+        let compiled = Arc::new(Policy::new(&Rules::from(p)));
+        if policies.insert(p.name.clone(), compiled).is_some() {
+            return Err(ServeError::DuplicatePolicy(p.name.clone()));
+        }
+    }
     let mut tokens = Vec::new();
     for t in &config.server.auth.tokens {
         let policy = policies
@@ -179,16 +223,7 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
     } else {
         None
     };
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(2);
-    Ok(AppState {
-        auth: Authenticator::new(tokens, unauthenticated),
-        max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
-        pool: VerifyPool::new(threads)?,
-        audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
-        ready: AtomicBool::new(false),
-    })
+    Ok(Authenticator::new(tokens, unauthenticated))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -238,6 +273,10 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             .with_graceful_shutdown(stopped(stop_rx.clone()));
         servers.push(tokio::spawn(async move { fut.await }));
     }
+    let bundle_tasks = match &state.bundles {
+        Some(b) => b.spawn(stop_rx.clone()),
+        None => Vec::new(),
+    };
     state.ready.store(true, Ordering::Release);
     tracing::info!(
         listen = %api_addr,
@@ -261,6 +300,9 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             }
         }
     };
+    for t in bundle_tasks {
+        let _ = t.await;
+    }
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tracing::warn!("drain timeout: closing remaining connections");
     }
