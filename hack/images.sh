@@ -11,6 +11,8 @@
 #   HALTSQL_IMG  (haltsql.local/haltsql:dev)           tag of the haltsql image
 #   IMG          (haltsql.local/haltsql-operator:dev)  tag of the operator image
 #   IMAGES_DIR   (.cache/images)                       where the archives go
+#   IMAGES_PROFILE (release)                           cargo profile of the binaries
+#                (`dev` packs debug builds: quicker to rebuild while experimenting)
 #
 # `hack/cluster.sh load node ARCHIVE...` imports them into the node's containerd.
 set -euo pipefail
@@ -24,10 +26,13 @@ target=${CARGO_TARGET_DIR:-$root/target}
 oci_image="$root/bin/oci-image"
 [ -x "$oci_image" ] || { echo "missing $oci_image: run 'make tools' first" >&2; exit 1; }
 
-echo ">> cargo build --release (haltsql, haltsql-operator)" >&2
-cargo build --locked --release --quiet -p haltsql --bin haltsql -p haltsql-operator --bin haltsql-operator
-haltsql="$target/release/haltsql"
-operator="$target/release/haltsql-operator"
+profile=${IMAGES_PROFILE:-release}
+profile_dir=$profile
+[ "$profile" = dev ] && profile_dir=debug
+echo ">> cargo build --profile $profile (haltsql, haltsql-operator)" >&2
+cargo build --locked --profile "$profile" --quiet -p haltsql --bin haltsql -p haltsql-operator --bin haltsql-operator
+haltsql="$target/$profile_dir/haltsql"
+operator="$target/$profile_dir/haltsql-operator"
 
 mkdir -p "$out"
 work=$(mktemp -d "$out/.build.XXXXXX")
