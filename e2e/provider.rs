@@ -91,6 +91,16 @@ impl Provider {
     /// `make install-manifests IMG=...` applied server-side: CRDs, RBAC, the
     /// namespace haltsql-system and the operator Deployment.
     pub fn install(&self) {
+        // A fresh install: operator pods left by an earlier run would keep
+        // running whatever image they started with (same tag, same template).
+        self.cluster.kubectl_ok(&[
+            "delete",
+            "namespace",
+            operator::NAMESPACE,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=180s",
+        ]);
         let manifests = support::run_ok(
             Command::new("make")
                 .args(["-s", "--no-print-directory", "-C"])

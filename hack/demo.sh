@@ -52,6 +52,8 @@ hack/cluster.sh load node "$images/haltsql-operator.tar" "$images/haltsql.tar"
 say "installing the operator: make install-manifests IMG=$operator_img | kubectl apply --server-side"
 make -s --no-print-directory install-manifests IMG="$operator_img" >"$state/install.yaml"
 k apply --server-side --force-conflicts -f "$state/install.yaml" >/dev/null
+# Pods of an earlier demo keep the image they started with (same tag): restart them.
+k -n "$operator_ns" rollout restart "deploy/$operator_deploy" >/dev/null
 k -n "$operator_ns" rollout status "deploy/$operator_deploy" --timeout=180s
 
 say "applying config/samples in namespace $ns (server image $haltsql_img, a fresh agent token in Secret haltsql-tokens)"
