@@ -23,11 +23,20 @@ impl OpenWatch {
     fn new(path: &Path) -> Self {
         // SAFETY: plain syscalls on a descriptor this struct owns.
         let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        assert!(fd >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
         let c = CString::new(path.as_os_str().as_bytes()).unwrap();
         // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
-        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
-        assert!(wd >= 0, "inotify_add_watch: {}", std::io::Error::last_os_error());
+        let wd =
+            unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN | libc::IN_ACCESS) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
         OpenWatch { fd }
     }
 
@@ -185,14 +194,15 @@ fn file_placeholder_is_refused_unread() {
     let m = messages(&o);
     assert!(
         m.iter().any(|e| e.starts_with("config.yaml:6:")
-            && e.contains("server.auth.tokens[0].sha256: placeholders are not resolved in sealed mode")),
+            && e.contains(
+                "server.auth.tokens[0].sha256: placeholders are not resolved in sealed mode"
+            )),
         "{m:?}"
     );
     // The policy file the config names is refused too, and not read.
     assert!(
-        m.iter().any(|e| e.contains(
-            "policies[0].file: policy file \"policy.yaml\" is not read in sealed mode"
-        )),
+        m.iter().any(|e| e
+            .contains("policies[0].file: policy file \"policy.yaml\" is not read in sealed mode")),
         "{m:?}"
     );
     let docs = report(&o)["documents"].as_array().unwrap().clone();
@@ -235,12 +245,9 @@ fn env_placeholder_is_refused_and_its_value_never_shown() {
 #[test]
 fn policy_file_references_are_refused_unread() {
     let s = Setup::new();
-    for (i, reference) in [
-        s.canary.display().to_string(),
-        "../canary.yaml".to_string(),
-    ]
-    .iter()
-    .enumerate()
+    for (i, reference) in [s.canary.display().to_string(), "../canary.yaml".to_string()]
+        .iter()
+        .enumerate()
     {
         let name = format!("config{i}.yaml");
         s.write(
@@ -266,12 +273,9 @@ fn catalog_file_references_are_refused_unread() {
     let s = Setup::new();
     // The canary holds a Policy, not a catalog: unsealed, it is opened and
     // found invalid; sealed, it is not opened at all.
-    for (i, reference) in [
-        s.canary.display().to_string(),
-        "../canary.yaml".to_string(),
-    ]
-    .iter()
-    .enumerate()
+    for (i, reference) in [s.canary.display().to_string(), "../canary.yaml".to_string()]
+        .iter()
+        .enumerate()
     {
         let name = format!("policy{i}.yaml");
         s.write(&name, &format!("{POLICY}catalog: {reference}\n"));
@@ -294,7 +298,9 @@ fn symbolic_links_are_not_followed() {
     assert_eq!(o.status.code(), Some(2));
     assert_eq!(
         messages(&o),
-        vec!["policy.yaml:0:0: : is a symbolic link, which sealed mode does not follow".to_string()]
+        vec![
+            "policy.yaml:0:0: : is a symbolic link, which sealed mode does not follow".to_string()
+        ]
     );
     assert_eq!(report(&o)["documents"], serde_json::json!([]));
 }
@@ -324,6 +330,11 @@ fn a_plain_policy_still_validates_sealed() {
     let s = Setup::new();
     s.write("policy.yaml", POLICY);
     let o = s.validate(true, "policy.yaml");
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     assert_eq!(report(&o)["documents"][0]["name"], "p");
 }

@@ -169,6 +169,8 @@ pub(crate) struct Session<'o> {
     pub could_not_check: bool,
 }
 
+// One per file loaded, moved out at once: boxing would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Top {
     Nothing,
     Policy(Option<LoadedPolicy>),

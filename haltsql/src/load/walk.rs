@@ -20,8 +20,7 @@ pub(crate) enum Placeholders<'r> {
 }
 
 /// Why a placeholder is refused in sealed mode (no file, no variable read).
-pub(crate) const SEALED_PLACEHOLDER: &str =
-    "placeholders are not resolved in sealed mode (validate --sealed reads no file and no environment variable)";
+pub(crate) const SEALED_PLACEHOLDER: &str = "placeholders are not resolved in sealed mode (validate --sealed reads no file and no environment variable)";
 
 /// The document being read: its name for errors and the errors so far.
 pub(crate) struct Doc<'r> {
