@@ -278,7 +278,11 @@ async fn a_document_that_is_not_a_policy_starts_no_validator() {
     );
     let policy = f.wait_for("nokind", "Valid", "False", "NotAPolicy").await;
     let valid = find(&policy.status.expect("status").conditions, "Valid").expect("Valid");
-    assert!(valid.message.contains("this one has no kind"), "{}", valid.message);
+    assert!(
+        valid.message.contains("this one has no kind"),
+        "{}",
+        valid.message
+    );
     assert_eq!(f.validator_runs(), 0, "no validator ran");
 
     // Fixed into a Policy, it is validated as usual.
