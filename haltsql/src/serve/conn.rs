@@ -3,7 +3,8 @@
 //! What a hostile client can hold is bounded here, before any route runs:
 //! - **connections** per listener (`limits.max_connections`): at the bound,
 //!   the connection that has waited longest for a request head is closed to
-//!   make room (a slow or silent client loses its place to a new one); when
+//!   make room (a slow or silent client loses its place to a new one; one
+//!   that never sent a whole head goes before a kept-alive one); when
 //!   every connection is busy with a request, the new one gets a plain
 //!   `503` (or, under TLS, is closed) and never costs a task;
 //! - **time to send a request head** (`limits.header_read_timeout_seconds`,
@@ -25,7 +26,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -109,6 +110,8 @@ struct Slot {
     active: AtomicUsize,
     /// When it last started to wait for a request head (ms since origin).
     waiting_since: AtomicU64,
+    /// It has sent a whole request head at least once.
+    served: AtomicBool,
     /// Closes the connection (evicted to make room).
     kill: Notify,
 }
@@ -149,10 +152,17 @@ impl Registry {
     fn admit(&self) -> Admission {
         let mut slots = self.lock();
         if slots.len() >= self.max {
+            // A connection that never sent a whole head goes before a
+            // kept-alive one that did, the longest waiting first.
             let oldest = slots
                 .iter()
                 .filter(|(_, s)| s.active.load(Ordering::Acquire) == 0)
-                .min_by_key(|(_, s)| s.waiting_since.load(Ordering::Acquire))
+                .min_by_key(|(_, s)| {
+                    (
+                        s.served.load(Ordering::Acquire),
+                        s.waiting_since.load(Ordering::Acquire),
+                    )
+                })
                 .map(|(id, _)| *id);
             match oldest.and_then(|id| slots.remove(&id)) {
                 Some(evicted) => evicted.kill.notify_one(),
@@ -163,6 +173,7 @@ impl Registry {
         let slot = Arc::new(Slot {
             active: AtomicUsize::new(0),
             waiting_since: AtomicU64::new(millis_since(self.origin)),
+            served: AtomicBool::new(false),
             kill: Notify::new(),
         });
         slots.insert(id, Arc::clone(&slot));
@@ -188,6 +199,7 @@ struct Active<'a> {
 impl<'a> Active<'a> {
     fn new(slot: &'a Slot, origin: Instant) -> Self {
         slot.active.fetch_add(1, Ordering::AcqRel);
+        slot.served.store(true, Ordering::Release);
         Active { slot, origin }
     }
 }
@@ -497,20 +509,30 @@ mod tests {
             panic!("full")
         };
         std::thread::sleep(Duration::from_millis(5));
-        let Admission::Admitted(_b, slot_b) = r.admit() else {
+        let Admission::Admitted(b, slot_b) = r.admit() else {
             panic!("full")
         };
-        // `a` waits longest: it goes.
-        let Admission::Admitted(_c, _) = r.admit() else {
+        // `b` answers a request; then it waits again.
+        drop(Active::new(&slot_b, r.origin));
+        std::thread::sleep(Duration::from_millis(5));
+        // `a` never sent a head and waits longest: it goes.
+        let Admission::Admitted(c, slot_c) = r.admit() else {
             panic!("full")
         };
         assert_eq!(r.open(), 2);
         assert!(!r.lock().contains_key(&a));
         drop(slot_a);
+        std::thread::sleep(Duration::from_millis(5));
+        // `b` waits longer than `c`, but `c` never sent a head: `c` goes.
+        let Admission::Admitted(_d, slot_d) = r.admit() else {
+            panic!("full")
+        };
+        assert!(r.lock().contains_key(&b));
+        assert!(!r.lock().contains_key(&c));
+        drop(slot_c);
         // Busy connections are never evicted: with both busy, refuse.
         let _busy_b = Active::new(&slot_b, r.origin);
-        let slots: Vec<Arc<Slot>> = r.lock().values().cloned().collect();
-        let _busy: Vec<Active<'_>> = slots.iter().map(|s| Active::new(s, r.origin)).collect();
+        let _busy_d = Active::new(&slot_d, r.origin);
         assert!(matches!(r.admit(), Admission::Full));
     }
 }
