@@ -559,6 +559,32 @@ mod tests {
     }
 
     #[test]
+    fn only_a_kind_policy_document_passes_the_kind_check() {
+        let head = "apiVersion: haltsql.dev/v1\n";
+        assert_eq!(
+            not_a_policy(&inline(&format!(
+                "{head}kind: Policy\nmetadata: {{name: a}}\n"
+            ))),
+            None
+        );
+        let config = not_a_policy(&inline(&format!("{head}kind: Config\n"))).expect("refused");
+        assert!(config.contains("this one has kind: Config;"), "{config}");
+        let none = not_a_policy(&inline(head)).expect("refused");
+        assert!(none.contains("this one has no kind;"), "{none}");
+        let list = not_a_policy(&inline(&format!("{head}kind: [Policy]\n"))).expect("refused");
+        assert!(list.contains("a kind that is not a string"), "{list}");
+        let long = not_a_policy(&inline(&format!("kind: \"{}\\nx\"\n", "K".repeat(100))))
+            .expect("refused");
+        assert!(
+            long.contains(&format!("kind: {}...", "K".repeat(64))),
+            "{long}"
+        );
+        // Left to haltsql, which locates the syntax error (sealed).
+        assert_eq!(not_a_policy(&inline("kind: [")), None);
+        assert_eq!(not_a_policy(&inline("- a list")), None);
+    }
+
+    #[test]
     fn catalog_file_reference_is_invalid_spec() {
         let spec = inline("apiVersion: haltsql.dev/v1\nkind: Policy\ncatalog: ./schema.json\n");
         let message = invalid_spec(&spec).unwrap_or_default();
