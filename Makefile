@@ -6,7 +6,8 @@ SHELL := /usr/bin/env bash
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
 CARGO ?= cargo
-KUBECTL := $(BIN)/kubectl
+# kubectl for install-manifests: KUBECTL=... if given, else bin/kubectl, else the one on PATH.
+KUBECTL ?=
 IMG ?= haltsql-operator:dev
 
 .PHONY: help
@@ -33,13 +34,23 @@ manifests: ## Regenerate the CRDs and the ClusterRole from the Rust types.
 generate: manifests ## Alias of manifests (no other generated code).
 
 .PHONY: install-manifests
-install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image set to IMG.
-	@mkdir -p "$(ROOT)/.cache"; tmp="$$(mktemp -d "$(ROOT)/.cache/install-manifests.XXXXXX")"; \
+install-manifests: ## Print config/default (CRDs, RBAC, operator) with the image set to IMG (needs kubectl: bin/kubectl or on PATH).
+	@kubectl="$(KUBECTL)"; \
+	if [ -z "$$kubectl" ]; then \
+	  if [ -x "$(BIN)/kubectl" ]; then kubectl="$(BIN)/kubectl"; \
+	  elif command -v kubectl >/dev/null 2>&1; then kubectl="$$(command -v kubectl)"; \
+	  else echo "make install-manifests: kubectl not found: install kubectl and put it on PATH, or run 'make tools' to build bin/kubectl" >&2; exit 1; fi; \
+	fi; \
+	mkdir -p "$(ROOT)/.cache"; tmp="$$(mktemp -d "$(ROOT)/.cache/install-manifests.XXXXXX")"; \
 	trap 'rm -rf "$$tmp"' EXIT; \
+	mkdir "$$tmp/overlay"; \
 	printf '%s\n' 'apiVersion: kustomize.config.k8s.io/v1beta1' 'kind: Kustomization' \
-	  'resources:' '- ../../config/default' 'images:' '- name: controller' '  newName: "$(IMG)"' \
-	  > "$$tmp/kustomization.yaml"; \
-	$(KUBECTL) kustomize "$$tmp"
+	  'resources:' '- ../../../config/default' 'images:' '- name: controller' '  newName: "$(IMG)"' \
+	  > "$$tmp/overlay/kustomization.yaml"; \
+	if ! "$$kubectl" kustomize "$$tmp/overlay" > "$$tmp/out.yaml"; then \
+	  echo "make install-manifests: $$kubectl kustomize failed; nothing printed" >&2; exit 1; \
+	fi; \
+	cat "$$tmp/out.yaml"
 
 HALTSQL_IMG ?= haltsql:dev
 
@@ -85,6 +96,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors.
 .PHONY: bench
 bench: tools ## Benchmarks on the local cluster: table on stdout, target/bench/results.json (BENCH_SCALE=small: a few minutes).
 	hack/bench.sh
+
+.PHONY: loadtest
+loadtest: ## haltsql serve under slow connections and 16 MiB bodies while wrk measures good clients (loopback, ~1 min; installs wrk with apt when missing).
+	hack/loadtest.sh
 
 .PHONY: test
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.

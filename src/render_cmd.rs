@@ -277,6 +277,13 @@ async fn judged_status(
                 message: message.clone(),
             });
         }
+        Judgement::NotAPolicy { message } => {
+            return Err(RenderCmdError::InvalidPolicy {
+                key: key.to_owned(),
+                reason: "NotAPolicy",
+                message: message.clone(),
+            });
+        }
         Judgement::ValidatorError { message } => {
             return Err(RenderCmdError::Validator {
                 key: key.to_owned(),

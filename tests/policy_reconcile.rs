@@ -260,6 +260,47 @@ async fn catalog_file_reference_is_invalid_spec_without_running_haltsql() {
 }
 
 #[tokio::test]
+async fn a_document_that_is_not_a_policy_starts_no_validator() {
+    let f = fixture("pol-notpolicy", |_| {}).await;
+    // A Config would make an unsealed validator resolve the placeholder.
+    let config = "apiVersion: haltsql.dev/v1\nkind: Config\nserver:\n  listen: 127.0.0.1:0\n  auth:\n    tokens: [{name: a, policy: p, sha256: '${file:/var/run/secrets/kubernetes.io/serviceaccount/token}'}]\npolicies: [{file: /etc/passwd}]\n";
+    f.create_policy("config", config).await;
+    f.create_policy("nokind", &document(&["id"]).replace("kind: Policy\n", ""))
+        .await;
+    let policy = f.wait_for("config", "Valid", "False", "NotAPolicy").await;
+    let valid = find(&policy.status.expect("status").conditions, "Valid").expect("Valid");
+    assert!(
+        valid
+            .message
+            .starts_with("spec.policy must be a kind: Policy document, this one has kind: Config;"),
+        "{}",
+        valid.message
+    );
+    let policy = f.wait_for("nokind", "Valid", "False", "NotAPolicy").await;
+    let valid = find(&policy.status.expect("status").conditions, "Valid").expect("Valid");
+    assert!(
+        valid.message.contains("this one has no kind"),
+        "{}",
+        valid.message
+    );
+    assert_eq!(f.validator_runs(), 0, "no validator ran");
+
+    // Fixed into a Policy, it is validated as usual.
+    let fixed = support::policy_object("config", &document(&["id"]));
+    f.policies
+        .patch(
+            "config",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": fixed.spec})),
+        )
+        .await
+        .expect("patch");
+    f.wait_for("config", "Valid", "True", "Validated").await;
+    assert_eq!(f.validator_runs(), 1);
+    f.operator.stop().await;
+}
+
+#[tokio::test]
 async fn missing_validator_is_validator_error_until_it_comes_back() {
     let dir = tempfile::tempdir().expect("temp dir");
     let binary = dir.path().join("haltsql");

@@ -285,10 +285,10 @@ async fn child_sees_no_environment_and_a_private_directory() {
         &format!(
             "/bin/cat /proc/$$/environ > {c}/environ\n\
              /usr/bin/stat -c %a . > {c}/dir-mode\n\
-             /usr/bin/stat -c %a \"$5\" > {c}/file-mode\n\
+             /usr/bin/stat -c %a \"$6\" > {c}/file-mode\n\
              /bin/pwd > {c}/cwd\n\
              /bin/echo \"$@\" > {c}/args\n\
-             /bin/cat \"$5\" > {c}/document\n\
+             /bin/cat \"$6\" > {c}/document\n\
              exec {haltsql} \"$@\"",
             c = capture.display(),
             haltsql = support::haltsql_bin().display()
@@ -311,7 +311,10 @@ async fn child_sees_no_environment_and_a_private_directory() {
         "{}",
         read("cwd")
     );
-    assert_eq!(read("args").trim(), "validate --format json -- config.yaml");
+    assert_eq!(
+        read("args").trim(),
+        "validate --sealed --format json -- config.yaml"
+    );
     let document = read("document");
     assert!(document.contains("kind: Config"), "{document}");
     assert!(!document.contains("${file:"), "{document}");
@@ -417,5 +420,59 @@ async fn recovers_when_the_validator_comes_back() {
             policy_name: Some("orders-agent".into())
         }
     );
+    f.assert_clean();
+}
+
+/// Documents that would make an unsealed validator read a canary file of
+/// the operator's file system: the verdict names the refusal, and it is the
+/// same whether the canary exists or not, and whatever it holds.
+#[tokio::test]
+async fn the_validator_reads_no_file_a_document_names() {
+    let f = Fixture::new();
+    let canary_dir = tempfile::tempdir().expect("canary dir");
+    let canary = canary_dir.path().join("token");
+    let canary_text = canary.display().to_string();
+    let cases = [
+        (
+            "config.yaml",
+            format!(
+                "apiVersion: haltsql.dev/v1\nkind: Config\nserver:\n  listen: 127.0.0.1:0\n  auth:\n    tokens: [{{name: a, policy: p, sha256: '${{file:{canary_text}}}'}}]\npolicies: [{{file: {canary_text}}}]\n"
+            ),
+            vec!["placeholders are not resolved in sealed mode", "is not read in sealed mode"],
+        ),
+        (
+            "config.yaml",
+            "apiVersion: haltsql.dev/v1\nkind: Config\nserver:\n  listen: 127.0.0.1:0\n  auth:\n    tokens: [{name: a, policy: p, sha256: '${env:HOME}'}]\npolicies: [{file: ../../etc/passwd}]\n".to_owned(),
+            vec!["placeholders are not resolved in sealed mode", "is not read in sealed mode"],
+        ),
+        (
+            "policy.yaml",
+            format!("{VALID_POLICY}catalog: {canary_text}\n"),
+            vec!["catalog file", "is not read in sealed mode"],
+        ),
+    ];
+    for (i, (file_name, contents, expected)) in cases.iter().enumerate() {
+        let doc = ValidationDocument {
+            file_name: (*file_name).to_owned(),
+            contents: contents.clone(),
+        };
+        // A fresh validator each time: its cache must not answer.
+        let mut verdicts = vec![f.real().validate(&doc).await];
+        std::fs::write(&canary, VALID_POLICY).expect("canary");
+        verdicts.push(f.real().validate(&doc).await);
+        std::fs::write(&canary, "0".repeat(64)).expect("canary");
+        verdicts.push(f.real().validate(&doc).await);
+        std::fs::remove_file(&canary).expect("remove canary");
+        let Verdict::Invalid { message } = &verdicts[0] else {
+            panic!("case {i}: {:?}", verdicts[0]);
+        };
+        for e in expected {
+            assert!(message.contains(e), "case {i}: {message}");
+        }
+        assert!(
+            verdicts.iter().all(|v| v == &verdicts[0]),
+            "case {i}: {verdicts:?}"
+        );
+    }
     f.assert_clean();
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use haltsql_operator::api::{HaltSQLPolicy, HaltSQLServer};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::ResourceExt;
@@ -28,14 +29,23 @@ struct Fixture {
     services: Api<Service>,
     pdbs: Api<PodDisruptionBudget>,
     network_policies: Api<NetworkPolicy>,
+    events: Api<Event>,
 }
 
 async fn fixture(prefix: &str) -> Fixture {
+    fixture_with(prefix, |_| {}).await
+}
+
+async fn fixture_with(
+    prefix: &str,
+    adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
+) -> Fixture {
     support::ensure_crds(Cluster::Envtest);
     let client = support::client_for(Cluster::Envtest).await;
     let ns = TestNamespace::new_in(&client, Cluster::Envtest, prefix).await;
-    let operator = Operator::start(&client, &[&ns.name], |_| {});
+    let operator = Operator::start(&client, &[&ns.name], adjust);
     Fixture {
+        events: Api::namespaced(client.clone(), &ns.name),
         policies: Api::namespaced(client.clone(), &ns.name),
         servers: Api::namespaced(client.clone(), &ns.name),
         deployments: Api::namespaced(client.clone(), &ns.name),
@@ -89,6 +99,22 @@ impl Fixture {
             (s == status && r == reason).then_some(())
         })
         .await;
+    }
+
+    /// Waits for an Event about the server `hs` with `reason`, as anyone
+    /// reads it through the API server (`kubectl events`, `describe`).
+    async fn wait_event(&self, type_: &str, reason: &str) -> Event {
+        let what = format!("a {type_} Event {reason} about hs");
+        eventually(&what, WAIT, || async {
+            let events = self.events.list(&Default::default()).await.ok()?;
+            events.items.into_iter().find(|e| {
+                e.reason.as_deref() == Some(reason)
+                    && e.type_.as_deref() == Some(type_)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("HaltSQLServer")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("hs")
+            })
+        })
+        .await
     }
 
     /// Plays the Deployment controller: every replica updated and available.
@@ -398,6 +424,14 @@ async fn name_conflict_leaves_the_foreign_object_untouched() {
         .await;
     f.wait_server_condition("Ready", "False", "NameConflict")
         .await;
+    let event = f.wait_event("Warning", "NameConflict").await;
+    assert!(
+        event
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("ConfigMap hs-haltsql-config")),
+        "{event:?}"
+    );
     let after = f.config_maps.get("hs-haltsql-config").await.unwrap();
     assert_eq!(after.resource_version(), before.resource_version());
     assert_eq!(after.data, before.data);
@@ -489,6 +523,9 @@ async fn missing_policy_and_invalid_config_fail_closed() {
         .message;
     assert!(message.contains("orders-agent"), "{message}");
     assert!(f.deployments.get_opt("hs").await.unwrap().is_none());
+    let event = f.wait_event("Warning", "InvalidConfig").await;
+    assert_eq!(event.note.as_deref(), Some(message.as_str()));
+    assert_eq!(event.action.as_deref(), Some("Render"));
 }
 
 #[tokio::test]
@@ -540,4 +577,50 @@ async fn disabling_the_pdb_deletes_it_and_a_stalled_rollout_is_reported() {
         .await;
     f.wait_server_condition("Ready", "False", "RolloutFailed")
         .await;
+    let event = f.wait_event("Warning", "RolloutFailed").await;
+    assert_eq!(event.action.as_deref(), Some("Rollout"));
+    // The first rollout was announced too.
+    let rolling = f.wait_event("Normal", "RollingOut").await;
+    assert!(
+        rolling
+            .note
+            .as_deref()
+            .is_some_and(|n| n.starts_with("Rolling out configuration ")),
+        "{rolling:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_policy_holds_the_server_and_scaling_to_zero_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("haltsql");
+    let f = fixture_with("srv-pending", |s| s.haltsql_binary = binary.clone()).await;
+    f.create_quick_start().await;
+    // No validator yet: the policy is not judged, the server waits for it.
+    f.wait_policy_condition("orders", "Valid", "Unknown", "ValidatorError")
+        .await;
+    f.wait_server_condition("PoliciesReady", "False", "PolicyPendingValidation")
+        .await;
+    f.wait_server_condition("Ready", "False", "PolicyPendingValidation")
+        .await;
+    assert!(f.deployments.get_opt("hs").await.unwrap().is_none());
+
+    std::os::unix::fs::symlink(support::haltsql_bin(), &binary).unwrap();
+    f.wait_policy_condition("orders", "Valid", "True", "Validated")
+        .await;
+    f.complete_rollout().await;
+    f.wait_server_condition("Ready", "True", "Ready").await;
+
+    f.servers
+        .patch(
+            "hs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 0}})),
+        )
+        .await
+        .unwrap();
+    f.wait_server_condition("Available", "False", "ScaledToZero")
+        .await;
+    let deployment = f.deployments.get("hs").await.unwrap();
+    assert_eq!(deployment.spec.unwrap().replicas, Some(0));
 }

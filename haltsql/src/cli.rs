@@ -31,6 +31,12 @@ them. `${file:/absolute/path}` and `${env:NAME}` placeholders in a Config are \
 resolved as the server would; a missing file or variable is an error. \
 Placeholders are not allowed in Policy documents.
 
+--sealed is for documents written by someone else (the operator runs every \
+HaltSQLPolicy through it): only the FILEs given are opened, each a name in \
+the current folder and never through a symbolic link; placeholders, \
+`policies[].file` and `catalog: FILE` are reported as errors without \
+anything being read.
+
 Checked: unknown keys (everywhere), types, ranges, names, policy references \
 (token, default_policy, OIDC, mTLS), duplicate policy names, token hashes (64 \
 lower-case hex digits), TLS and mTLS settings, bundle sources (forms, auth, \
@@ -61,7 +67,7 @@ per placeholder file.";
 #[command(
     about = "Check policy and config documents and report every problem",
     long_about = VALIDATE_LONG,
-    after_help = "Examples:\n  haltsql validate policy.yaml\n  haltsql validate --format json config.yaml\n  haltsql validate --root /tmp/pod config.yaml   # Secret files under /tmp/pod/var/run/..."
+    after_help = "Examples:\n  haltsql validate policy.yaml\n  haltsql validate --format json config.yaml\n  haltsql validate --root /tmp/pod config.yaml   # Secret files under /tmp/pod/var/run/...\n  haltsql validate --sealed --format json policy.yaml"
 )]
 pub struct ValidateArgs {
     /// Output format.
@@ -70,8 +76,15 @@ pub struct ValidateArgs {
 
     /// Read absolute paths (`${file:/x}`, absolute policy files) under DIR,
     /// as `DIR/x`: checks a pod's file layout without being in the pod.
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "sealed")]
     pub root: Option<PathBuf>,
+
+    /// For documents from untrusted authors: open only the FILEs given
+    /// (names in the current folder, no symbolic link followed), resolve
+    /// no `${file:}`/`${env:}` placeholder and read no policy or catalog
+    /// file a document names; each of those is reported as an error.
+    #[arg(long)]
+    pub sealed: bool,
 
     /// Policy or Config documents (YAML or JSON).
     #[arg(value_name = "FILE", required = true, num_args = 1..)]
@@ -80,8 +93,18 @@ pub struct ValidateArgs {
 
 /// Runs `validate`; returns the exit code.
 pub fn validate(args: &ValidateArgs) -> i32 {
+    if args.sealed
+        && let Some(bad) = args.files.iter().find(|f| !is_plain_name(f))
+    {
+        eprintln!(
+            "haltsql validate: --sealed reads only files of the current folder; {} is not a plain file name",
+            load::errors::one_line_pub(&bad.to_string_lossy())
+        );
+        return 2;
+    }
     let opts = LoadOptions {
         root: args.root.clone(),
+        sealed: args.sealed,
         ..LoadOptions::default()
     };
     let report = load::load_files_with(&args.files, &opts);
@@ -94,6 +117,15 @@ pub fn validate(args: &ValidateArgs) -> i32 {
         return 2;
     }
     report.exit_code()
+}
+
+/// One normal path component: no folder, no `..`, not absolute.
+fn is_plain_name(path: &std::path::Path) -> bool {
+    let mut parts = path.components();
+    matches!(
+        (parts.next(), parts.next()),
+        (Some(std::path::Component::Normal(_)), None)
+    )
 }
 
 fn write_text(out: &mut impl Write, report: &load::LoadReport) -> std::io::Result<()> {

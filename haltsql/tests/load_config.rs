@@ -1098,7 +1098,9 @@ fn limits_range() {
     );
     check(
         &with("limits: {max_body: 1}\n"),
-        &["config.yaml:12:10: limits.max_body: unknown key, expected one of: max_request_bytes"],
+        &[
+            "config.yaml:12:10: limits.max_body: unknown key, expected one of: max_request_bytes, header_read_timeout_seconds, idle_timeout_seconds, max_connections, max_requests_in_flight",
+        ],
     );
 }
 

@@ -122,6 +122,9 @@ reason_enum!(
         ValidationFailed,
         /// The spec cannot be validated as given (e.g. a catalog file reference).
         InvalidSpec,
+        /// The inline `spec.policy` is not a `kind: Policy` document; no
+        /// validator was started for it.
+        NotAPolicy,
         /// The check itself could not run (status Unknown); retried with backoff.
         ValidatorError,
     }
@@ -368,7 +371,7 @@ mod tests {
                     .map(|r| r.as_str())
                     .collect::<Vec<_>>()
             ),
-            "Validated,ValidationFailed,InvalidSpec,ValidatorError"
+            "Validated,ValidationFailed,InvalidSpec,NotAPolicy,ValidatorError"
         );
         assert_eq!(
             names(

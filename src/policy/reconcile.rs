@@ -24,6 +24,14 @@
 //! - a bundle source that cannot be turned into a `bundle_source` entry
 //!   (no location, a Secret reference that is not a valid name).
 //!
+//! `NotAPolicy` is the one check of the document the operator makes first:
+//! an inline `spec.policy` whose top-level `kind` is anything but `Policy`
+//! (a `kind: Config` above all, which would make the validator resolve
+//! `${file:}` placeholders and open the files it names, an oracle for the
+//! operator pod's files) never reaches a validator. Every run is sealed
+//! besides (`haltsql validate --sealed`), so a document that slips past
+//! this check still cannot make the validator read anything else.
+//!
 //! Everything about the document itself goes to haltsql and is
 //! `ValidationFailed` with located errors, including YAML that does not
 //! parse: haltsql reports the line and column, the operator could not do
@@ -85,6 +93,8 @@ pub enum Judgement {
     ValidationFailed { message: String },
     /// `Valid=False`, `InvalidSpec`.
     InvalidSpec { message: String },
+    /// `Valid=False`, `NotAPolicy`: no validator was started.
+    NotAPolicy { message: String },
     /// `Valid=Unknown`, `ValidatorError`: retried with backoff.
     ValidatorError { message: String },
 }
@@ -106,6 +116,11 @@ impl Judgement {
             Judgement::InvalidSpec { message } => DesiredCondition::new(
                 ConditionStatus::False,
                 ValidReason::InvalidSpec,
+                message.clone(),
+            ),
+            Judgement::NotAPolicy { message } => DesiredCondition::new(
+                ConditionStatus::False,
+                ValidReason::NotAPolicy,
                 message.clone(),
             ),
             Judgement::ValidatorError { message } => DesiredCondition::new(
@@ -146,6 +161,7 @@ impl Judgement {
             }),
             ("False", "ValidationFailed") => Some(Judgement::ValidationFailed { message }),
             ("False", "InvalidSpec") => Some(Judgement::InvalidSpec { message }),
+            ("False", "NotAPolicy") => Some(Judgement::NotAPolicy { message }),
             _ => None,
         }
     }
@@ -263,6 +279,9 @@ pub async fn judge(
     if let Some(message) = invalid_spec(spec) {
         return Judgement::InvalidSpec { message };
     }
+    if let Some(message) = not_a_policy(spec) {
+        return Judgement::NotAPolicy { message };
+    }
     let doc = match render::validation_document(object_name, spec) {
         Ok(doc) => doc,
         Err(e) => {
@@ -309,6 +328,41 @@ pub fn invalid_spec(spec: &HaltSQLPolicySpec) -> Option<String> {
         ));
     }
     None
+}
+
+/// Why an inline `spec.policy` is not a `kind: Policy` document, if it is
+/// not. A document that does not parse as a mapping is left to haltsql,
+/// which locates the syntax error (and runs sealed, so it reads nothing).
+pub fn not_a_policy(spec: &HaltSQLPolicySpec) -> Option<String> {
+    let Ok(PolicySource::Inline(text)) = spec.source() else {
+        return None;
+    };
+    let serde_yaml::Value::Mapping(map) = serde_yaml::from_str::<serde_yaml::Value>(text).ok()?
+    else {
+        return None;
+    };
+    let shown = match map.get("kind") {
+        Some(serde_yaml::Value::String(kind)) if kind == "Policy" => return None,
+        Some(serde_yaml::Value::String(kind)) => format!("kind: {}", truncate_kind(kind)),
+        Some(_) => "a kind that is not a string".to_owned(),
+        None => "no kind".to_owned(),
+    };
+    Some(format!(
+        "spec.policy must be a kind: Policy document, this one has {shown}; a HaltSQLPolicy holds one policy (a server's Config is rendered by the operator from the HaltSQLServer), and no validator is run for anything else"
+    ))
+}
+
+/// A `kind` value shown in a message: one line, at most 64 characters.
+fn truncate_kind(kind: &str) -> String {
+    let mut out: String = kind
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(64)
+        .collect();
+    if kind.chars().count() > 64 {
+        out.push_str("...");
+    }
+    out
 }
 
 /// The top-level `catalog` of a policy document when it is a string (a file
@@ -502,6 +556,32 @@ mod tests {
             policy: Some(text.to_owned()),
             bundle_source: None,
         }
+    }
+
+    #[test]
+    fn only_a_kind_policy_document_passes_the_kind_check() {
+        let head = "apiVersion: haltsql.dev/v1\n";
+        assert_eq!(
+            not_a_policy(&inline(&format!(
+                "{head}kind: Policy\nmetadata: {{name: a}}\n"
+            ))),
+            None
+        );
+        let config = not_a_policy(&inline(&format!("{head}kind: Config\n"))).expect("refused");
+        assert!(config.contains("this one has kind: Config;"), "{config}");
+        let none = not_a_policy(&inline(head)).expect("refused");
+        assert!(none.contains("this one has no kind;"), "{none}");
+        let list = not_a_policy(&inline(&format!("{head}kind: [Policy]\n"))).expect("refused");
+        assert!(list.contains("a kind that is not a string"), "{list}");
+        let long = not_a_policy(&inline(&format!("kind: \"{}\\nx\"\n", "K".repeat(100))))
+            .expect("refused");
+        assert!(
+            long.contains(&format!("kind: {}...", "K".repeat(64))),
+            "{long}"
+        );
+        // Left to haltsql, which locates the syntax error (sealed).
+        assert_eq!(not_a_policy(&inline("kind: [")), None);
+        assert_eq!(not_a_policy(&inline("- a list")), None);
     }
 
     #[test]

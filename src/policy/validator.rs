@@ -8,6 +8,13 @@
 //! it prints name `policy.yaml`/`config.yaml` and never a random temp path
 //! (which would make the condition message change on every run).
 //!
+//! Every run is sealed (`haltsql validate --sealed`): the document comes
+//! from whoever may create a HaltSQLPolicy, so the child opens only that one
+//! file (never through a symbolic link), resolves no placeholder and reads
+//! no policy or catalog file the document names. Otherwise the report (which
+//! carries each opened file's SHA-256) would tell the author about the
+//! operator pod's files.
+//!
 //! Verdicts are cached by the SHA-256 of the document (file name and
 //! contents): the same bytes always get the same answer from the same
 //! binary, so a resync or a revert to earlier content costs no subprocess.
@@ -173,7 +180,7 @@ impl Validator {
     async fn spawn_and_judge(&self, dir: &Path, file_name: &str) -> Verdict {
         let mut command = tokio::process::Command::new(&self.binary);
         command
-            .args(["validate", "--format", "json", "--", file_name])
+            .args(["validate", "--sealed", "--format", "json", "--", file_name])
             .env_clear()
             .current_dir(dir)
             .stdin(Stdio::null())

@@ -98,6 +98,9 @@ pub enum ReadError {
     /// A directory, FIFO, device or socket.
     #[error("not a regular file")]
     NotRegular,
+    /// A symbolic link where none may be followed (sealed mode).
+    #[error("is a symbolic link, which sealed mode does not follow")]
+    SymbolicLink,
     /// Over the size cap.
     #[error("file is larger than the limit of {limit} bytes")]
     TooLarge {

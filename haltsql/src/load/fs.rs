@@ -31,6 +31,42 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
     Ok(buf)
 }
 
+/// Reads a regular file of at most `limit` bytes without following a
+/// symbolic link in the last component (sealed mode).
+///
+/// The file is opened first (`O_NOFOLLOW`, and `O_NONBLOCK` so that a FIFO
+/// cannot block the open) and checked through the open descriptor, so the
+/// name cannot be swapped for a link between the check and the read.
+pub fn read_capped_nofollow(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                ReadError::SymbolicLink
+            } else {
+                io_error(e)
+            }
+        })?;
+    let meta = file.metadata().map_err(io_error)?;
+    if !meta.is_file() {
+        return Err(ReadError::NotRegular);
+    }
+    if meta.len() > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    let mut buf = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0).min(1 << 20));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(io_error)?;
+    if buf.len() as u64 > limit {
+        return Err(ReadError::TooLarge { limit });
+    }
+    Ok(buf)
+}
+
 fn io_error(e: std::io::Error) -> ReadError {
     match e.kind() {
         std::io::ErrorKind::NotFound => ReadError::NotFound,

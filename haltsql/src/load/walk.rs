@@ -14,7 +14,13 @@ pub(crate) enum Placeholders<'r> {
     Resolve(&'r Resolver),
     /// Report them as errors (Policy and catalog documents).
     Forbid,
+    /// Report them as errors without reading anything (Config documents
+    /// under `validate --sealed`).
+    Sealed,
 }
+
+/// Why a placeholder is refused in sealed mode (no file, no variable read).
+pub(crate) const SEALED_PLACEHOLDER: &str = "placeholders are not resolved in sealed mode (validate --sealed reads no file and no environment variable)";
 
 /// The document being read: its name for errors and the errors so far.
 pub(crate) struct Doc<'r> {
@@ -260,6 +266,10 @@ impl<'r> Doc<'r> {
                         path,
                         "placeholders are only resolved in Config documents",
                     );
+                    return None;
+                }
+                Placeholders::Sealed => {
+                    self.error(node, path, SEALED_PLACEHOLDER);
                     return None;
                 }
                 Placeholders::Resolve(r) => match r.resolve(&p) {

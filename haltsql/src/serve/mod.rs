@@ -9,6 +9,7 @@
 pub mod app;
 pub mod auth;
 pub mod bundles;
+pub mod conn;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -239,39 +240,30 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
         None => None,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|v| *v).await;
-    };
 
     let mut servers = Vec::new();
     let api = app::api_router(Arc::clone(&state));
     let listener = bind(config.server.listen).await?;
     let api_addr = listener.local_addr().unwrap_or(config.server.listen);
-    match tls_config {
-        Some(tc) => {
-            let l = tls::TlsListener::new(listener, tc).map_err(|source| ServeError::Bind {
-                addr: config.server.listen,
-                source,
-            })?;
-            let fut = axum::serve(l, api).with_graceful_shutdown(stopped(stop_rx.clone()));
-            servers.push(tokio::spawn(async move { fut.await }));
-        }
-        None => {
-            use axum::serve::ListenerExt;
-            let l = listener.tap_io(|s| {
-                let _ = s.set_nodelay(true);
-            });
-            let fut = axum::serve(l, api).with_graceful_shutdown(stopped(stop_rx.clone()));
-            servers.push(tokio::spawn(async move { fut.await }));
-        }
-    }
+    let acceptor = tls_config.map(tokio_rustls::TlsAcceptor::from);
+    servers.push(tokio::spawn(conn::serve(
+        listener,
+        api,
+        acceptor,
+        conn::ConnLimits::api(&config.limits),
+        stop_rx.clone(),
+    )));
     let mut health_addr = None;
     if let Some(addr) = config.server.health_listen {
         let listener = bind(addr).await?;
         health_addr = listener.local_addr().ok();
-        let fut = axum::serve(listener, app::health_router(Arc::clone(&state)))
-            .with_graceful_shutdown(stopped(stop_rx.clone()));
-        servers.push(tokio::spawn(async move { fut.await }));
+        servers.push(tokio::spawn(conn::serve(
+            listener,
+            app::health_router(Arc::clone(&state)),
+            None,
+            conn::ConnLimits::health(&config.limits),
+            stop_rx.clone(),
+        )));
     }
     let bundle_tasks = match &state.bundles {
         Some(b) => b.spawn(stop_rx.clone()),
@@ -293,10 +285,8 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     let _ = stop_tx.send(true);
     let drain = async {
         for s in servers {
-            match s.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => tracing::warn!(error = %e, "listener ended with an error"),
-                Err(e) => tracing::warn!(error = %e, "listener task failed"),
+            if let Err(e) = s.await {
+                tracing::warn!(error = %e, "listener task failed");
             }
         }
     };

@@ -1,26 +1,17 @@
-//! TLS for the API listener: rustls (ring provider), handshakes off the
-//! accept loop so a slow client cannot stall others.
+//! TLS settings for the API listener: rustls (ring provider). The
+//! handshakes run in the connection tasks of [`super::conn`], off the
+//! accept loop and within the header-read timeout.
 
-use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use pki_types::pem::PemObject;
 use pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use thiserror::Error;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::server::TlsStream;
 
 use crate::load::{ClientAuth, TlsConfig, TlsVersion};
-
-/// How long a client has to finish the TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Error)]
 pub enum TlsError {
@@ -111,65 +102,4 @@ pub fn server_config(tls: &TlsConfig) -> Result<Arc<rustls::ServerConfig>, TlsEr
     let mut config = builder.with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
-}
-
-/// A listener that yields connections whose TLS handshake has completed.
-pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
-}
-
-impl TlsListener {
-    /// Start accepting on `tcp`; handshakes run in their own tasks.
-    pub fn new(tcp: TcpListener, config: Arc<rustls::ServerConfig>) -> io::Result<Self> {
-        let local = tcp.local_addr()?;
-        let (tx, rx) = mpsc::channel(128);
-        let acceptor = TlsAcceptor::from(config);
-        tokio::spawn(async move {
-            loop {
-                let accepted = tokio::select! {
-                    a = tcp.accept() => a,
-                    () = tx.closed() => return,
-                };
-                let (stream, peer) = match accepted {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener { rx, local })
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.rx.recv().await {
-            Some(x) => x,
-            // The accept task ended: no more connections.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }
