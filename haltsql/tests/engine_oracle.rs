@@ -7,7 +7,8 @@
 //! list, and one role per policy whose privileges are exactly the policy
 //! (column grants; EXECUTE revoked from PUBLIC on every function, then
 //! granted on the engine's default list, `functions.allow`, and the functions
-//! behind operators, casts and the SQL syntax the engine allows).
+//! behind operators, casts, type input/output and the SQL syntax the engine
+//! allows).
 //!
 //! Every query is verified by the engine and run by PostgreSQL under the
 //! policy's role, in a rolled-back transaction (read-only for select
@@ -200,7 +201,8 @@ fn setup_sql(roles: &[(&str, &[StatementKind])]) -> String {
     WHERE n.nspname = 'pg_catalog' AND p.prokind IN ('f', 'a', 'w')
       AND (p.proname = ANY (ARRAY[{list}])
            OR p.oid IN (SELECT oprcode::oid FROM pg_operator)
-           OR p.oid IN (SELECT castfunc FROM pg_cast))
+           OR p.oid IN (SELECT castfunc FROM pg_cast)
+           OR p.oid IN (SELECT typinput FROM pg_type UNION SELECT typoutput FROM pg_type))
   LOOP EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO {all_roles}', r.f); END LOOP;
 END $$;\n"
     );

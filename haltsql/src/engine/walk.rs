@@ -33,6 +33,39 @@ use super::{Code, MAX_RELATIONS, MAX_WALK_DEPTH, Policy, StatementKind, Violatio
 /// PostgreSQL system columns: never readable unless a column list names them.
 const SYSTEM_COLUMNS: &[&str] = &["ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"];
 
+/// SQL keywords PostgreSQL evaluates as functions when written without
+/// quotes (sqlparser parses some of them as plain identifiers).
+const KEYWORD_FUNCTIONS: &[&str] = &[
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "localtime",
+    "localtimestamp",
+    "session_user",
+    "system_user",
+    "user",
+];
+
+/// PostgreSQL's built-in functions that accept one argument of any row type
+/// (`any`, `anyelement`, `record`, ...), so that `t.f` calls `f(t)` when `t`
+/// has no column `f`, and type names whose input function reads the catalog
+/// or parses documents (`t.regclass` casts `t`). Taken from PostgreSQL 15's
+/// pg_proc and pg_type.
+const ROW_FUNCTIONS: &[&str] = include!("row_functions.in");
+
+/// Aggregates and window functions of the default list: not valid in FROM.
+const AGGREGATES_AND_WINDOWS: &[&str] = &[
+    "count", "sum", "min", "max", "avg", "bool_and", "bool_or", "every", "array_agg",
+    "string_agg", "json_agg", "jsonb_agg", "stddev", "stddev_pop", "stddev_samp", "variance",
+    "var_pop", "var_samp", "percentile_cont", "percentile_disc", "mode", "row_number", "rank",
+    "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead", "first_value",
+    "last_value", "nth_value", "grouping",
+];
+
 /// Check one parsed statement. Returns the statement kind and the violations.
 pub(crate) fn check_statement(
     policy: &Policy,
@@ -82,6 +115,16 @@ impl Shape {
     }
 }
 
+/// Whether a source has a column of some name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Has {
+    Yes,
+    /// Unknown: a table whose full column set the engine does not know, or
+    /// a function or subquery whose output names are not known.
+    Maybe,
+    No,
+}
+
 #[derive(Debug, Clone)]
 enum Qual {
     /// An alias: referenced by this single name only.
@@ -129,17 +172,27 @@ impl Source {
         }
     }
 
-    fn might_contain(&self, col: &str) -> bool {
+    /// Whether this source has a column `col`, as far as the engine knows.
+    fn has(&self, col: &str) -> Has {
         match &self.cols {
-            Cols::Listed(_) | Cols::All | Cols::Open => true,
-            Cols::Known(v) => v.iter().any(|c| c == col),
+            // Every base table has the system columns.
+            _ if self.base && SYSTEM_COLUMNS.contains(&col) => Has::Yes,
+            Cols::Listed(set) if set.contains(col) => Has::Yes,
+            Cols::Listed(_) | Cols::All | Cols::Open => Has::Maybe,
+            Cols::Known(v) if v.iter().any(|c| c == col) => Has::Yes,
+            Cols::Known(_) => Has::No,
         }
+    }
+
+    fn might_contain(&self, col: &str) -> bool {
+        self.has(col) != Has::No
     }
 
     fn allows(&self, col: &str) -> bool {
         match &self.cols {
+            _ if self.base && SYSTEM_COLUMNS.contains(&col) => false,
             Cols::Listed(set) => set.contains(col),
-            Cols::All => !SYSTEM_COLUMNS.contains(&col),
+            Cols::All => true,
             Cols::Known(v) => v.iter().any(|c| c == col),
             Cols::Open => true,
         }
@@ -920,8 +973,12 @@ impl<'p> Walker<'p> {
                 if !modifiers.is_empty() {
                     self.unsupported("GROUP BY modifiers");
                 }
+                let outputs = match &shape {
+                    Shape::Known(v) => v.clone(),
+                    Shape::Open => Vec::new(),
+                };
                 for e in exprs {
-                    self.expr(e);
+                    self.group_by_expr(e, &outputs);
                 }
             }
         }
@@ -943,6 +1000,36 @@ impl<'p> Walker<'p> {
         }
         self.levels.pop();
         shape
+    }
+
+    /// A GROUP BY item. A bare name is an input column of this query level
+    /// if some FROM item here has it, else an output column (PostgreSQL's
+    /// rule, the reverse of ORDER BY's).
+    fn group_by_expr(&mut self, e: &Expr, outputs: &[String]) {
+        let Expr::Identifier(id) = e else {
+            return self.expr(e);
+        };
+        let name = fold(id);
+        let keyword = id.quote_style.is_none() && KEYWORD_FUNCTIONS.contains(&name.as_str());
+        if keyword || !outputs.contains(&name) {
+            return self.expr(e);
+        }
+        let sources: Vec<Source> = self
+            .levels
+            .last()
+            .map(|l| l.sources.clone())
+            .unwrap_or_default();
+        if sources.iter().any(|s| s.has(&name) == Has::Yes) {
+            return self.expr(e);
+        }
+        // An output alias, unless a FROM item here has an unknown column of
+        // that name; such a binding must be allowed too.
+        let why = format!(
+            "GROUP BY {name} names an input column when a FROM item has one (before the output column {name}), and the engine does not know all their columns"
+        );
+        for s in sources.iter().filter(|s| s.has(&name) == Has::Maybe) {
+            self.check_binding(s, &name, Some(&why));
+        }
     }
 
     /// The select list (also RETURNING). Returns the output shape.
@@ -1164,7 +1251,7 @@ impl<'p> Walker<'p> {
                 args,
                 with_hints,
                 version,
-                with_ordinality: _,
+                with_ordinality,
                 partitions,
                 json_path,
                 sample,
@@ -1184,26 +1271,13 @@ impl<'p> Walker<'p> {
                 }
                 if let Some(args) = args {
                     // A function in FROM.
-                    self.function_name(name);
                     if args.settings.is_some() {
                         self.unsupported("function SETTINGS");
                     }
                     for a in &args.args {
                         self.function_arg(a, false);
                     }
-                    let qual = match alias {
-                        Some(a) => Qual::Alias(fold(&a.name)),
-                        None => match last_ident(name) {
-                            Some(id) => Qual::Alias(fold(id)),
-                            None => Qual::None,
-                        },
-                    };
-                    self.add_source(Source {
-                        qual,
-                        cols: Cols::Open,
-                        label: name.to_string(),
-                        base: false,
-                    });
+                    self.function_source(name, alias.as_ref(), *with_ordinality);
                 } else {
                     let mut src = self.relation(name);
                     if let Some(a) = alias {
@@ -1216,7 +1290,7 @@ impl<'p> Walker<'p> {
                                         Violation::new(
                                             Code::ColumnNotAllowed,
                                             format!(
-                                                "column aliases on table {} hide which columns are read",
+                                                "column aliases on table {} cannot be bound with certainty: they rename columns by position, and the engine does not know the table's column order",
                                                 src.label
                                             ),
                                         )
@@ -1264,23 +1338,13 @@ impl<'p> Walker<'p> {
                 lateral: _,
                 name,
                 args,
-                with_ordinality: _,
+                with_ordinality,
                 alias,
             } => {
-                self.function_name(name);
                 for a in args {
                     self.function_arg(a, false);
                 }
-                let qual = match alias {
-                    Some(a) => Qual::Alias(fold(&a.name)),
-                    None => Qual::None,
-                };
-                self.add_source(Source {
-                    qual,
-                    cols: Cols::Open,
-                    label: name.to_string(),
-                    base: false,
-                });
+                self.function_source(name, alias.as_ref(), *with_ordinality);
             }
             TableFactor::UNNEST {
                 alias,
@@ -1295,16 +1359,8 @@ impl<'p> Walker<'p> {
                 for e in array_exprs {
                     self.expr(e);
                 }
-                let qual = match alias {
-                    Some(a) => Qual::Alias(fold(&a.name)),
-                    None => Qual::Alias("unnest".into()),
-                };
-                self.add_source(Source {
-                    qual,
-                    cols: Cols::Open,
-                    label: "unnest".into(),
-                    base: false,
-                });
+                let name = ObjectName::from(vec![Ident::new("unnest")]);
+                self.function_source(&name, alias.as_ref(), false);
             }
             TableFactor::NestedJoin {
                 table_with_joins,
@@ -1318,6 +1374,48 @@ impl<'p> Walker<'p> {
             _ => self.unsupported("this FROM item"),
         }
         self.leave();
+    }
+
+    /// A function in FROM: checked against the allow-list, and added as a
+    /// source with the columns PostgreSQL gives it. A function on the
+    /// default list returns one value, so its one column is named after the
+    /// alias's first column, else the alias, else the function (and WITH
+    /// ORDINALITY adds `ordinality`). Other functions (`unnest`, whose
+    /// output can be a composite, and `functions.allow` entries) have
+    /// unknown columns.
+    fn function_source(&mut self, name: &ObjectName, alias: Option<&TableAlias>, ordinality: bool) {
+        let allowed = self.function_name(name);
+        let fname = last_ident(name).map(fold).unwrap_or_default();
+        let scalar = allowed.as_deref().is_some_and(|n| {
+            super::functions::DEFAULT_FUNCTIONS.contains(&n) && !AGGREGATES_AND_WINDOWS.contains(&n)
+        });
+        let cols = if scalar {
+            let listed: Vec<String> = alias
+                .map(|a| a.columns.iter().map(|c| fold(&c.name)).collect())
+                .unwrap_or_default();
+            let first = listed
+                .first()
+                .cloned()
+                .or_else(|| alias.map(|a| fold(&a.name)))
+                .unwrap_or_else(|| fname.clone());
+            let mut cols = vec![first];
+            if ordinality {
+                cols.push(listed.get(1).cloned().unwrap_or_else(|| "ordinality".into()));
+            }
+            Cols::Known(cols)
+        } else {
+            Cols::Open
+        };
+        let qual = match alias {
+            Some(a) => Qual::Alias(fold(&a.name)),
+            None => Qual::Alias(fname),
+        };
+        self.add_source(Source {
+            qual,
+            cols,
+            label: name.to_string(),
+            base: false,
+        });
     }
 
     /// Resolve a relation name in FROM / TABLE / IN TABLE: a CTE or a policy table.
@@ -1453,23 +1551,40 @@ impl<'p> Walker<'p> {
     }
 
     fn check_column_in(&mut self, src: &Source, col: &str) {
-        let system = src.base && SYSTEM_COLUMNS.contains(&col);
-        let ok = match &src.cols {
-            Cols::Listed(set) => set.contains(col),
-            _ => src.allows(col) && !system,
-        };
-        if !ok {
-            let msg = match src.table_name() {
-                Some(t) => format!("column {col} of {t} is not allowed"),
-                None => format!("column {col} is not an output column of {}", src.label),
-            };
-            let v = Violation::new(Code::ColumnNotAllowed, msg).column(col.to_string());
-            let v = match src.table_name() {
-                Some(t) => v.table(t),
-                None => v,
-            };
-            self.push(v);
+        self.check_binding(src, col, None);
+    }
+
+    /// Deny reading `col` of `src` unless the source allows it. `uncertain`
+    /// names the other possible binding when PostgreSQL's choice depends on
+    /// columns the engine does not know.
+    fn check_binding(&mut self, src: &Source, col: &str, uncertain: Option<&str>) {
+        if src.allows(col) {
+            return;
         }
+        let system = src.base && SYSTEM_COLUMNS.contains(&col);
+        let what = match src.table_name() {
+            Some(t) if system => format!("system column {col} of {t} is not allowed"),
+            Some(t) => format!("column {col} of {t} is not allowed"),
+            None => format!("column {col} is not an output column of {}", src.label),
+        };
+        let msg = match uncertain {
+            Some(why) => format!(
+                "{col} cannot be bound with certainty: it may bind to {}, whose {what_short}; {why}",
+                src.table_name().unwrap_or_else(|| src.label.clone()),
+                what_short = if system {
+                    "system columns are not allowed".to_string()
+                } else {
+                    format!("column {col} is not allowed")
+                },
+            ),
+            None => what,
+        };
+        let v = Violation::new(Code::ColumnNotAllowed, msg).column(col.to_string());
+        let v = match src.table_name() {
+            Some(t) => v.table(t),
+            None => v,
+        };
+        self.push(v);
     }
 
     fn column_ref(&mut self, qualifier: Option<&[Ident]>, id: &Ident) {
@@ -1477,7 +1592,7 @@ impl<'p> Walker<'p> {
         if let Some(q) = qualifier {
             let qual: Vec<String> = q.iter().map(fold).collect();
             match self.find_source(&qual) {
-                Some(src) => self.check_column_in(&src, &col),
+                Some(src) => self.qualified_column(&src, &qual.join("."), &col),
                 None => {
                     let q = qual.join(".");
                     self.push(
@@ -1491,53 +1606,124 @@ impl<'p> Walker<'p> {
             }
             return;
         }
-        // Unqualified: innermost level where some source might hold it.
-        let levels: Vec<Vec<Source>> = self
-            .levels
+        // SQL keywords that PostgreSQL evaluates as functions, whatever the
+        // FROM clause holds (a quoted name is an identifier).
+        if id.quote_style.is_none() && KEYWORD_FUNCTIONS.contains(&col.as_str()) {
+            self.function_name(&ObjectName::from(vec![id.clone()]));
+            return;
+        }
+        // PostgreSQL binds an unqualified name to the innermost query level
+        // where some FROM item has a column of that name, else it is a
+        // whole-row reference. Every binding that is possible given what the
+        // engine knows must be allowed.
+        let mut possible: Vec<Source> = Vec::new();
+        let mut bound = false;
+        for level in self.levels.iter().rev() {
+            let mut yes: Vec<Source> = Vec::new();
+            let mut maybe: Vec<Source> = Vec::new();
+            for s in &level.sources {
+                match s.has(&col) {
+                    Has::Yes => yes.push(s.clone()),
+                    Has::Maybe => maybe.push(s.clone()),
+                    Has::No => {}
+                }
+            }
+            if !yes.is_empty() {
+                // A second owner at this level would be an ambiguity error,
+                // so the name binds to one of `yes` or fails.
+                possible.extend(yes);
+                bound = true;
+                break;
+            }
+            possible.extend(maybe);
+        }
+        let certain = bound && possible.len() == 1 && possible[0].has(&col) == Has::Yes;
+        let names: Vec<String> = possible
             .iter()
-            .rev()
-            .map(|l| l.sources.clone())
+            .map(|s| s.table_name().unwrap_or_else(|| s.label.clone()))
             .collect();
-        for sources in &levels {
-            // A whole-row reference: the name of a relation used as a value.
-            if let Some(src) = sources
+        for s in &possible {
+            if certain {
+                self.check_binding(s, &col, None);
+            } else {
+                let why = format!(
+                    "PostgreSQL binds it to the innermost of {} that has such a column, and the engine does not know all their columns (qualify the name, or give the policy a catalog)",
+                    names.join(", ")
+                );
+                self.check_binding(s, &col, Some(&why));
+            }
+        }
+        if bound {
+            return;
+        }
+        // No certain column: it may also be a whole-row reference.
+        let whole_row = self.levels.iter().rev().find_map(|l| {
+            l.sources
                 .iter()
                 .find(|s| s.single_name() == Some(col.as_str()))
-                && matches!(src.cols, Cols::Listed(_))
-                && !src.allows(&col)
-            {
+                .cloned()
+        });
+        match whole_row {
+            Some(src) => {
+                self.whole_row(&src);
+            }
+            None if possible.is_empty() => self.push(
+                Violation::new(
+                    Code::ColumnNotAllowed,
+                    format!("{col} does not name a column of any table in the FROM clause"),
+                )
+                .column(col),
+            ),
+            None => {}
+        }
+    }
+
+    /// `q.col`: a column of the source `q`, or, when `q` has no such column,
+    /// a call of the function `col` on `q`'s whole row (PostgreSQL's
+    /// attribute notation).
+    fn qualified_column(&mut self, src: &Source, q: &str, col: &str) {
+        match src.has(col) {
+            Has::Yes => self.check_column_in(src, col),
+            Has::No => {
+                // Not a column: `q.col` calls col(q).
+                self.attribute_call(q, col, Some(src));
+            }
+            Has::Maybe => match &src.cols {
+                Cols::Listed(_) => self.check_column_in(src, col),
+                _ => {
+                    if !self.policy.functions.contains(col) && ROW_FUNCTIONS.contains(&col) {
+                        self.push(
+                            Violation::new(
+                                Code::FunctionNotAllowed,
+                                format!(
+                                    "{q}.{col} cannot be bound with certainty: unless {q} has a column {col}, PostgreSQL calls the function {col}({q}), which is not allowed (the engine does not know {q}'s columns)"
+                                ),
+                            )
+                            .column(col.to_string()),
+                        );
+                    } else {
+                        self.check_column_in(src, col);
+                    }
+                }
+            },
+        }
+    }
+
+    /// `x.f` or `(expr).f` that is not a known column or field: PostgreSQL
+    /// calls `f(x)`.
+    fn attribute_call(&mut self, shown: &str, f: &str, src: Option<&Source>) {
+        if self.policy.functions.contains(f) {
+            if let Some(src) = src {
                 self.whole_row(src);
-                return;
-            }
-            let candidates: Vec<&Source> =
-                sources.iter().filter(|s| s.might_contain(&col)).collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            for s in candidates {
-                self.check_column_in(s, &col);
             }
             return;
         }
-        // No relation could hold the name: a whole-row reference of an open
-        // source, or an unknown name (a PostgreSQL error, or a keyword-like
-        // function such as current_schema).
-        for sources in &levels {
-            if let Some(src) = sources
-                .iter()
-                .find(|s| s.single_name() == Some(col.as_str()))
-            {
-                self.whole_row(src);
-                return;
-            }
-        }
-        self.push(
-            Violation::new(
-                Code::ColumnNotAllowed,
-                format!("{col} does not name a column of any table in the FROM clause"),
-            )
-            .column(col),
-        );
+        self.push(Violation::new(
+            Code::FunctionNotAllowed,
+            format!(
+                "{shown}.{f} is a call of the function {f}({shown}) unless {shown} is known to have a column or field {f}; function {f} is not allowed"
+            ),
+        ));
     }
 
     // ---------------------------------------------------------------- expressions
@@ -1578,12 +1764,16 @@ impl<'p> Walker<'p> {
                 self.expr(root);
                 for a in access_chain {
                     match a {
-                        sqlparser::ast::AccessExpr::Dot(field) => {
-                            // A field name of a composite value, not a column.
-                            if !matches!(field, Expr::Identifier(_)) {
-                                self.unsupported("this field access");
+                        sqlparser::ast::AccessExpr::Dot(field) => match field {
+                            // `(expr).f` is a field only when expr is a
+                            // composite with a field f; otherwise PostgreSQL
+                            // calls f(expr). The engine does not know value
+                            // types, so f must be an allowed function.
+                            Expr::Identifier(f) => {
+                                self.attribute_call("(expression)", &fold(f), None)
                             }
-                        }
+                            _ => self.unsupported("this field access"),
+                        },
                         sqlparser::ast::AccessExpr::Subscript(s) => match s {
                             sqlparser::ast::Subscript::Index { index } => self.expr(index),
                             sqlparser::ast::Subscript::Slice {
