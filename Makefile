@@ -73,6 +73,10 @@ bench: tools ## Benchmarks on the local cluster: table on stdout, target/bench/r
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
 
+.PHONY: fuzz
+fuzz: ## The verify engine for longer: PostgreSQL oracle with FUZZ_QUERIES SQLsmith queries (20000), property tests with FUZZ_CASES cases (20000).
+	hack/fuzz.sh
+
 .PHONY: demo
 demo: ## Local cluster + operator + config/samples: shows Valid/Synced/Ready and two /v1/verify answers (DEMO_STOP=1 stops everything after).
 	hack/demo.sh

@@ -13,6 +13,7 @@ started=()
 cleanup() {
   local status=$?
   for mode in "${started[@]}"; do hack/cluster.sh down "$mode" >/dev/null 2>&1 || true; done
+  if [ "${started_pg:-0}" = 1 ]; then hack/postgres.sh down >/dev/null 2>&1 || true; fi
   exit $status
 }
 trap cleanup EXIT
@@ -38,6 +39,10 @@ for mode in full envtest; do
 done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
+
+# PostgreSQL judges the verify engine (haltsql/tests/engine_oracle.rs).
+if [[ "$(hack/postgres.sh status)" != *running* ]]; then started_pg=1; fi
+HALTSQL_ORACLE_PGHOST="$(hack/postgres.sh up)"; export HALTSQL_ORACLE_PGHOST
 
 echo ">> cargo test" >&2
 cargo test --workspace --no-fail-fast

@@ -4,11 +4,11 @@
 #[path = "common/adversarial_cases.rs"]
 mod cases;
 
-use cases::*;
-use haltsql::engine::{Code, Decision, Policy, verify};
 use Code::*;
 use P::*;
 use Want::*;
+use cases::*;
+use haltsql::engine::{Code, Decision, Policy, verify};
 
 fn policy(p: P) -> Policy {
     match p {

@@ -24,7 +24,7 @@
 //! table), a generated grid of outer-reference and attribute-notation
 //! attacks, and SQLsmith (Debian's `sqlsmith`) against the same schema.
 //!
-//! Knobs: `HALTSQL_ORACLE_SQLSMITH_QUERIES` (default 1500),
+//! Knobs: `HALTSQL_ORACLE_SQLSMITH_QUERIES` (default 1000),
 //! `HALTSQL_ORACLE_SEED` (default 14), `HALTSQL_ORACLE_PGPORT` (5432),
 //! `HALTSQL_ORACLE_VERBOSE=1` prints every over-block.
 
@@ -236,7 +236,7 @@ struct Oracle {
 enum Pg {
     Ran,
     Refused(String),
-    Failed(String),
+    Failed,
     NotRun,
 }
 
@@ -255,10 +255,10 @@ impl Oracle {
     fn run(&mut self, role: &'static str, write: bool, sql: &str) -> Pg {
         let c = self.client(role);
         let begin = if write { "BEGIN" } else { "BEGIN READ ONLY" };
-        if let Err(e) = c.batch_execute(&format!(
+        if let Err(_e) = c.batch_execute(&format!(
             "{begin}; SET LOCAL statement_timeout = 2000; SET LOCAL lock_timeout = 500"
         )) {
-            return Pg::Failed(format!("begin: {e}"));
+            return Pg::Failed;
         }
         let r = c.query(sql, &[]);
         let _ = c.batch_execute("ROLLBACK");
@@ -276,7 +276,7 @@ impl Oracle {
                     {
                         Pg::Refused(msg)
                     }
-                    _ => Pg::Failed(msg),
+                    _ => Pg::Failed,
                 }
             }
         }
@@ -359,7 +359,7 @@ fn check(oracle: &mut Oracle, role: &Role, origin: &str, sql: &str, t: &mut Tall
             role.name
         )),
         (Pg::Ran, true) => t.agree_allow += 1,
-        (Pg::Failed(_), true) => t.allowed_pg_error += 1,
+        (Pg::Failed, true) => t.allowed_pg_error += 1,
         (Pg::NotRun, true) => t.bypasses.push(format!(
             "[{origin}] {} allowed a {kind:?} statement: {sql}",
             role.name
@@ -622,7 +622,7 @@ fn postgres_is_the_judge() {
         panic!("HALTSQL_ORACLE_PGHOST is not set: start PostgreSQL with `hack/postgres.sh up` and export the socket directory it prints (make test does both)")
     });
     let port = env_num("HALTSQL_ORACLE_PGPORT", 5432) as u16;
-    let smith_n = env_num("HALTSQL_ORACLE_SQLSMITH_QUERIES", 1500) as usize;
+    let smith_n = env_num("HALTSQL_ORACLE_SQLSMITH_QUERIES", 1000) as usize;
     let seed = env_num("HALTSQL_ORACLE_SEED", 14);
     let verbose = std::env::var("HALTSQL_ORACLE_VERBOSE").is_ok_and(|v| v == "1");
 
@@ -685,9 +685,21 @@ fn postgres_is_the_judge() {
     let mut t = Tally::default();
 
     for (name, p, sql, _) in CASES {
-        check(&mut oracle, role(*p), &format!("suite: {name}"), sql, &mut t);
+        check(
+            &mut oracle,
+            role(*p),
+            &format!("suite: {name}"),
+            sql,
+            &mut t,
+        );
         for (how, m) in mutations(sql) {
-            check(&mut oracle, role(*p), &format!("mutation {how}: {name}"), &m, &mut t);
+            check(
+                &mut oracle,
+                role(*p),
+                &format!("mutation {how}: {name}"),
+                &m,
+                &mut t,
+            );
         }
     }
     let suite = t.tried;

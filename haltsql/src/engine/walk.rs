@@ -59,11 +59,39 @@ const ROW_FUNCTIONS: &[&str] = include!("row_functions.in");
 
 /// Aggregates and window functions of the default list: not valid in FROM.
 const AGGREGATES_AND_WINDOWS: &[&str] = &[
-    "count", "sum", "min", "max", "avg", "bool_and", "bool_or", "every", "array_agg",
-    "string_agg", "json_agg", "jsonb_agg", "stddev", "stddev_pop", "stddev_samp", "variance",
-    "var_pop", "var_samp", "percentile_cont", "percentile_disc", "mode", "row_number", "rank",
-    "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead", "first_value",
-    "last_value", "nth_value", "grouping",
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "array_agg",
+    "string_agg",
+    "json_agg",
+    "jsonb_agg",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "ntile",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "grouping",
 ];
 
 /// Check one parsed statement. Returns the statement kind and the violations.
@@ -1400,7 +1428,12 @@ impl<'p> Walker<'p> {
                 .unwrap_or_else(|| fname.clone());
             let mut cols = vec![first];
             if ordinality {
-                cols.push(listed.get(1).cloned().unwrap_or_else(|| "ordinality".into()));
+                cols.push(
+                    listed
+                        .get(1)
+                        .cloned()
+                        .unwrap_or_else(|| "ordinality".into()),
+                );
             }
             Cols::Known(cols)
         } else {
@@ -1604,6 +1637,11 @@ impl<'p> Walker<'p> {
                     );
                 }
             }
+            return;
+        }
+        // DEFAULT in VALUES or SET (sqlparser reads it as a name); elsewhere
+        // PostgreSQL rejects it.
+        if id.quote_style.is_none() && col == "default" {
             return;
         }
         // SQL keywords that PostgreSQL evaluates as functions, whatever the
