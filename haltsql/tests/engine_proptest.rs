@@ -27,6 +27,7 @@ fn policy() -> Policy {
         require_limit_max: Some(100),
         tables,
         extra_functions: vec![],
+        catalog: Default::default(),
     })
 }
 

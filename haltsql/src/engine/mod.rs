@@ -99,6 +99,9 @@ pub struct Rules {
     pub tables: BTreeMap<String, Option<Vec<String>>>,
     /// `functions.allow`: added to [`functions::DEFAULT_FUNCTIONS`].
     pub extra_functions: Vec<String>,
+    /// The policy's catalog: `schema.table` to every column in table order.
+    /// With it, names bind with certainty (empty: no catalog).
+    pub catalog: BTreeMap<String, Vec<String>>,
 }
 
 /// A policy prepared for fast checking.
@@ -115,6 +118,8 @@ pub struct Policy {
     functions: HashSet<String>,
     /// Schema-qualified function names allowed exactly as written (`schema.name`).
     qualified_functions: HashSet<String>,
+    /// Catalog columns of policy tables, in table order.
+    catalog: BTreeMap<(String, String), Vec<String>>,
 }
 
 impl Policy {
@@ -147,7 +152,16 @@ impl Policy {
                 functions.insert(f.clone());
             }
         }
+        let catalog = rules
+            .catalog
+            .iter()
+            .filter_map(|(k, cols)| {
+                let (s, t) = k.split_once('.')?;
+                Some(((s.to_string(), t.to_string()), cols.clone()))
+            })
+            .collect();
         Policy {
+            catalog,
             name: rules.name.clone(),
             dialect: rules.dialect,
             search_path,
@@ -448,6 +462,7 @@ mod tests {
             require_limit_max: Some(100),
             tables,
             extra_functions: vec![],
+            catalog: BTreeMap::new(),
         })
     }
 

@@ -120,11 +120,25 @@ enum Cols {
     Listed(Arc<HashSet<String>>),
     /// A policy table without a column list: every column but system columns.
     All,
+    /// A policy table the policy's catalog describes: every column in
+    /// table order (after alias renames), and whether it may be read.
+    Catalog(Arc<Vec<(String, bool)>>),
     /// A subquery, CTE or VALUES list whose output names are known.
     Known(Vec<String>),
     /// A subquery or function whose output names are not known; its
     /// contents were checked, so every column of it may be read.
     Open,
+}
+
+impl Cols {
+    /// Whether some column of the source may not be read.
+    fn has_denied(&self) -> bool {
+        match self {
+            Cols::Listed(_) => true,
+            Cols::Catalog(v) => v.iter().any(|(_, ok)| !ok),
+            Cols::All | Cols::Known(_) | Cols::Open => false,
+        }
+    }
 }
 
 /// The output of a query.
@@ -207,6 +221,8 @@ impl Source {
             _ if self.base && SYSTEM_COLUMNS.contains(&col) => Has::Yes,
             Cols::Listed(set) if set.contains(col) => Has::Yes,
             Cols::Listed(_) | Cols::All | Cols::Open => Has::Maybe,
+            Cols::Catalog(v) if v.iter().any(|(c, _)| c == col) => Has::Yes,
+            Cols::Catalog(_) => Has::No,
             Cols::Known(v) if v.iter().any(|c| c == col) => Has::Yes,
             Cols::Known(_) => Has::No,
         }
@@ -221,6 +237,7 @@ impl Source {
             _ if self.base && SYSTEM_COLUMNS.contains(&col) => false,
             Cols::Listed(set) => set.contains(col),
             Cols::All => true,
+            Cols::Catalog(v) => v.iter().any(|(c, ok)| c == col && *ok),
             Cols::Known(v) => v.iter().any(|c| c == col),
             Cols::Open => true,
         }
@@ -498,7 +515,7 @@ impl<'p> Walker<'p> {
         };
         let alias = i.table_alias.as_ref().map(|a| &a.alias);
         let target = self.target(name, alias);
-        if i.columns.is_empty() && matches!(target.cols, Cols::Listed(_)) {
+        if i.columns.is_empty() && target.cols.has_denied() {
             self.push(
                 Violation::new(
                     Code::WildcardNotAllowed,
@@ -1141,7 +1158,7 @@ impl<'p> Walker<'p> {
     /// `TABLE t`). Returns the column names when known.
     fn whole_row(&mut self, src: &Source) -> Option<Vec<String>> {
         match &src.cols {
-            Cols::Listed(_) => {
+            c if c.has_denied() => {
                 self.push(
                     Violation::new(
                         Code::WildcardNotAllowed,
@@ -1155,7 +1172,8 @@ impl<'p> Walker<'p> {
                 None
             }
             Cols::Known(v) => Some(v.clone()),
-            Cols::All | Cols::Open => None,
+            Cols::Catalog(v) => Some(v.iter().map(|(c, _)| c.clone()).collect()),
+            Cols::Listed(_) | Cols::All | Cols::Open => None,
         }
     }
 
@@ -1249,7 +1267,7 @@ impl<'p> Walker<'p> {
                     .last()
                     .map(|l| l.sources.clone())
                     .unwrap_or_default();
-                for s in sources.iter().filter(|s| matches!(s.cols, Cols::Listed(_))) {
+                for s in sources.iter().filter(|s| s.cols.has_denied()) {
                     self.push(
                         Violation::new(
                             Code::WildcardNotAllowed,
@@ -1328,6 +1346,16 @@ impl<'p> Walker<'p> {
                                 }
                                 Cols::Known(v) => {
                                     src.cols = self.rename(Shape::Known(v.clone()), a).into_cols();
+                                }
+                                Cols::Catalog(v) => {
+                                    // Renames apply to the columns in table order.
+                                    let mut v = v.as_ref().clone();
+                                    for (i, c) in a.columns.iter().enumerate() {
+                                        if let Some(slot) = v.get_mut(i) {
+                                            slot.0 = fold(&c.name);
+                                        }
+                                    }
+                                    src.cols = Cols::Catalog(Arc::new(v));
                                 }
                                 Cols::Open => {}
                             }
@@ -1538,9 +1566,18 @@ impl<'p> Walker<'p> {
         let Some(cols) = self.policy.tables.get(&(schema.clone(), table.clone())) else {
             return denied(self, label.clone(), format!("table {label} is not allowed"));
         };
-        let cols = match cols {
-            Some(set) => Cols::Listed(Arc::new(set.clone())),
-            None => Cols::All,
+        let cols = match (
+            self.policy.catalog.get(&(schema.clone(), table.clone())),
+            cols,
+        ) {
+            (Some(all), Some(set)) => Cols::Catalog(Arc::new(
+                all.iter().map(|c| (c.clone(), set.contains(c))).collect(),
+            )),
+            (Some(all), None) => {
+                Cols::Catalog(Arc::new(all.iter().map(|c| (c.clone(), true)).collect()))
+            }
+            (None, Some(set)) => Cols::Listed(Arc::new(set.clone())),
+            (None, None) => Cols::All,
         };
         Source {
             qual: Qual::Table {
@@ -1727,7 +1764,7 @@ impl<'p> Walker<'p> {
                 self.attribute_call(q, col, Some(src));
             }
             Has::Maybe => match &src.cols {
-                Cols::Listed(_) => self.check_column_in(src, col),
+                Cols::Listed(_) | Cols::Catalog(_) => self.check_column_in(src, col),
                 _ => {
                     if !self.policy.functions.contains(col) && ROW_FUNCTIONS.contains(&col) {
                         self.push(

@@ -43,6 +43,7 @@ pub fn rules(allowed: Vec<StatementKind>, limit: Option<u64>) -> Rules {
         require_limit_max: limit,
         tables,
         extra_functions: vec!["app.safe_fn".into()],
+        catalog: BTreeMap::new(),
     }
 }
 
