@@ -585,6 +585,8 @@ fn grid() -> Vec<(P, String)> {
         "email",
         "\"email\"",
         "EMAIL",
+        "U&\"\\0065mail\"",
+        "U&\"\\0063tid\"",
         "secret",
         "ctid",
         "xmin",

@@ -377,6 +377,29 @@ fn verify_here(policy: &Policy, sql: &str) -> Decision {
         );
     }
 
+    // `U&"..."` identifiers, which sqlparser reads as `U & "..."`.
+    let decoded;
+    let sql: &str = if scan.unicode_idents.is_empty() {
+        sql
+    } else {
+        match lexer::decode_unicode_idents(sql, &scan) {
+            Ok(s) => {
+                decoded = s;
+                &decoded
+            }
+            Err(e @ lexer::UnicodeIdentError::Uescape) => {
+                return Decision::deny(
+                    name,
+                    None,
+                    Violation::new(Code::SyntaxNotAllowed, e.to_string()),
+                );
+            }
+            Err(e) => {
+                return Decision::deny(name, None, Violation::new(Code::ParseError, e.to_string()));
+            }
+        }
+    };
+
     let dialect: Box<dyn SqlDialect> = match policy.dialect {
         Dialect::Postgres => Box::new(PostgreSqlDialect {}),
         Dialect::Mysql => Box::new(MySqlDialect {}),

@@ -1578,6 +1578,30 @@ pub const CASES: &[(&str, P, &str, Want)] = &[
         "INSERT INTO orders (id, status) VALUES (DEFAULT, 'new')",
         Allow,
     ),
+    (
+        "unicode-escaped identifier is the column it spells",
+        Read,
+        "SELECT U&\"\\0069d\", u&\"st\\+000061tus\" FROM orders LIMIT 1",
+        Allow,
+    ),
+    (
+        "unicode-escaped denied column",
+        Read,
+        "SELECT U&\"\\0065mail\" FROM orders LIMIT 1",
+        Deny(ColumnNotAllowed),
+    ),
+    (
+        "unicode-escaped system column on a table without a column list",
+        Read,
+        "SELECT U&\"\\0063tid\" FROM products LIMIT 1",
+        Deny(ColumnNotAllowed),
+    ),
+    (
+        "unicode escape with UESCAPE",
+        Read,
+        "SELECT U&\"!0069d\" UESCAPE '!' FROM orders LIMIT 1",
+        Deny(SyntaxNotAllowed),
+    ),
     // ------------------------------------------------------------ unsupported syntax is denied
     (
         "tablesample",
