@@ -1,17 +1,21 @@
 //! The AST walk. Every node kind is matched explicitly; kinds the engine
 //! does not understand are violations (`syntax_not_allowed`), never skipped.
 //!
-//! Name resolution follows PostgreSQL closely enough to stay on the safe
-//! side without a catalog:
+//! Names resolve as PostgreSQL resolves them, and what a name binds to is
+//! checked:
 //! - tables: a one-part name is a visible CTE, else it resolves through the
 //!   policy's search_path, and only to the *first* schema (an earlier schema
 //!   could hold a table of the same name); names starting with `pg_` must be
 //!   qualified (pg_catalog is searched before the search_path); three-part
 //!   names are denied;
-//! - columns: an unqualified column resolves at the innermost query level
-//!   where some relation could hold it; a policy table with a column list
-//!   could hold any name, so *every* such relation at that level must allow
-//!   the column (qualify it otherwise);
+//! - every FROM item has a column set that is known ([`Cols::Known`],
+//!   [`Cols::Catalog`]) or partly unknown (a policy table without a
+//!   catalog, a function whose output may be a composite);
+//! - an unqualified column binds to the innermost query level where a FROM
+//!   item has it, else outward; where a FROM item *may* have it, every
+//!   possible binding is checked (see [`Walker::column_ref`]);
+//! - `x.f` and `(expr).f` are calls of `f` unless known to be a column or
+//!   field; keywords PostgreSQL evaluates as functions are functions;
 //! - identifiers fold to lower case unless quoted.
 
 use std::collections::HashSet;
@@ -234,9 +238,9 @@ impl Source {
 
     fn allows(&self, col: &str) -> bool {
         match &self.cols {
-            _ if self.base && SYSTEM_COLUMNS.contains(&col) => false,
+            // System columns only when a column list names them.
             Cols::Listed(set) => set.contains(col),
-            Cols::All => true,
+            Cols::All => !(self.base && SYSTEM_COLUMNS.contains(&col)),
             Cols::Catalog(v) => v.iter().any(|(c, ok)| c == col && *ok),
             Cols::Known(v) => v.iter().any(|c| c == col),
             Cols::Open => true,
