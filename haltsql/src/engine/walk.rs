@@ -1073,11 +1073,13 @@ impl<'p> Walker<'p> {
         }
         // An output alias, unless a FROM item here has an unknown column of
         // that name; such a binding must be allowed too.
-        let why = format!(
-            "GROUP BY {name} names an input column when a FROM item has one (before the output column {name}), and the engine does not know all their columns"
-        );
+        let why = || {
+            format!(
+                "GROUP BY {name} names an input column when a FROM item has one (before the output column {name}), and the engine does not know all their columns"
+            )
+        };
         for s in sources.iter().filter(|s| s.has(&name) == Has::Maybe) {
-            self.check_binding(s, &name, Some(&why));
+            self.check_binding(s, &name, Some(why));
         }
     }
 
@@ -1625,23 +1627,24 @@ impl<'p> Walker<'p> {
     }
 
     fn check_column_in(&mut self, src: &Source, col: &str) {
-        self.check_binding(src, col, None);
+        self.check_binding(src, col, None::<fn() -> String>);
     }
 
     /// Deny reading `col` of `src` unless the source allows it. `uncertain`
     /// names the other possible binding when PostgreSQL's choice depends on
     /// columns the engine does not know.
-    fn check_binding(&mut self, src: &Source, col: &str, uncertain: Option<&str>) {
+    fn check_binding(&mut self, src: &Source, col: &str, uncertain: Option<impl Fn() -> String>) {
         if src.allows(col) {
             return;
         }
+        let uncertain = uncertain.map(|why| why());
         let system = src.base && SYSTEM_COLUMNS.contains(&col);
         let what = match src.table_name() {
             Some(t) if system => format!("system column {col} of {t} is not allowed"),
             Some(t) => format!("column {col} of {t} is not allowed"),
             None => format!("column {col} is not an output column of {}", src.label),
         };
-        let msg = match uncertain {
+        let msg = match &uncertain {
             Some(why) => format!(
                 "{col} cannot be bound with certainty: it may bind to {}, whose {what_short}; {why}",
                 src.table_name().unwrap_or_else(|| src.label.clone()),
@@ -1717,19 +1720,21 @@ impl<'p> Walker<'p> {
             possible.extend(maybe);
         }
         let certain = bound && possible.len() == 1 && possible[0].has(&col) == Has::Yes;
-        let names: Vec<String> = possible
-            .iter()
-            .map(|s| s.table_name().unwrap_or_else(|| s.label.clone()))
-            .collect();
+        let why = || {
+            let names: Vec<String> = possible
+                .iter()
+                .map(|s| s.table_name().unwrap_or_else(|| s.label.clone()))
+                .collect();
+            format!(
+                "PostgreSQL binds it to the innermost of {} that has such a column, and the engine does not know all their columns (qualify the name, or give the policy a catalog)",
+                names.join(", ")
+            )
+        };
         for s in &possible {
             if certain {
-                self.check_binding(s, &col, None);
+                self.check_binding(s, &col, None::<fn() -> String>);
             } else {
-                let why = format!(
-                    "PostgreSQL binds it to the innermost of {} that has such a column, and the engine does not know all their columns (qualify the name, or give the policy a catalog)",
-                    names.join(", ")
-                );
-                self.check_binding(s, &col, Some(&why));
+                self.check_binding(s, &col, Some(why));
             }
         }
         if bound {
