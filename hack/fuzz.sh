@@ -5,9 +5,8 @@
 #   - the engine's property tests (parser + engine on arbitrary bytes, SQL
 #     noise and generated queries; panics fail) with FUZZ_CASES cases each
 #     (default 20000).
-# cargo-fuzz is not used: it needs a nightly toolchain and libFuzzer, which
-# this project's machines do not have; the property tests are the bounded
-# stand-in.
+# cargo-fuzz is not used (it needs nightly compiler features and a libFuzzer
+# build, not set up here); the property tests are the bounded stand-in.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
