@@ -105,6 +105,10 @@ loadtest: ## haltsql serve under slow connections and 16 MiB bodies while wrk me
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
 
+.PHONY: fuzz
+fuzz: ## The verify engine for longer: PostgreSQL oracle with FUZZ_QUERIES SQLsmith queries (20000), property tests with FUZZ_CASES cases (20000).
+	hack/fuzz.sh
+
 .PHONY: demo
 demo: ## Local cluster with a real node + images + operator + config/samples: Valid/Synced/Ready and two /v1/verify answers from a real pod (DEMO_STOP=1 stops everything after; root).
 	hack/demo.sh

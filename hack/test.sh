@@ -14,6 +14,7 @@ started=()
 cleanup() {
   local status=$?
   for mode in "${started[@]}"; do hack/cluster.sh down "$mode" >/dev/null 2>&1 || true; done
+  if [ "${started_pg:-0}" = 1 ]; then hack/postgres.sh down >/dev/null 2>&1 || true; fi
   exit $status
 }
 trap cleanup EXIT
@@ -47,6 +48,10 @@ export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
 # The bundle tests' peers (registry, oras, nginx, s3s-fs): built or installed once per machine.
 echo ">> bundle test peers" >&2
 hack/install-peers.sh
+
+# PostgreSQL judges the verify engine (haltsql/tests/engine_oracle.rs).
+if [[ "$(hack/postgres.sh status)" != *running* ]]; then started_pg=1; fi
+HALTSQL_ORACLE_PGHOST="$(hack/postgres.sh up)"; export HALTSQL_ORACLE_PGHOST
 
 echo ">> cargo test" >&2
 cargo test --workspace --no-fail-fast

@@ -15,6 +15,10 @@ decision for one SQL statement, exactly as POST /v1/verify would return it, \
 under the policy of a token (--token-name) or a policy named directly \
 (--policy). No audit event is written.
 
+The SQL is the argument (it may start with `--` or `-`: a comment is read as \
+SQL, not as an option), or the content of --file FILE (`-` for standard \
+input), or standard input when neither is given. At most 1 MiB is read.
+
 Exit codes:
   0  allowed
   1  denied
@@ -40,9 +44,44 @@ pub struct CheckArgs {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
-    /// The SQL statement.
-    #[arg(value_name = "SQL")]
-    pub sql: String,
+    /// Read the SQL from FILE (`-`: standard input) instead of the argument.
+    #[arg(long, value_name = "FILE", conflicts_with = "sql")]
+    pub file: Option<PathBuf>,
+
+    /// The SQL statement (text starting with `-`, such as a `--` comment, is
+    /// taken as SQL). Without it and without --file, standard input is read.
+    #[arg(value_name = "SQL", allow_hyphen_values = true)]
+    pub sql: Option<String>,
+}
+
+/// Largest SQL text `check` reads from a file or standard input.
+pub const MAX_SQL_INPUT: u64 = engine::MAX_SQL_BYTES as u64;
+
+/// The SQL to check: the argument, the file, or standard input.
+fn read_sql(args: &CheckArgs) -> Result<String, String> {
+    use std::io::Read;
+    if let Some(sql) = &args.sql {
+        return Ok(sql.clone());
+    }
+    let mut buf = Vec::new();
+    let (what, read) = match &args.file {
+        Some(p) if p.as_os_str() != "-" => (
+            p.display().to_string(),
+            std::fs::File::open(p).and_then(|f| f.take(MAX_SQL_INPUT + 1).read_to_end(&mut buf)),
+        ),
+        _ => (
+            "standard input".to_string(),
+            std::io::stdin()
+                .lock()
+                .take(MAX_SQL_INPUT + 1)
+                .read_to_end(&mut buf),
+        ),
+    };
+    read.map_err(|e| format!("cannot read {what}: {e}"))?;
+    if buf.len() as u64 > MAX_SQL_INPUT {
+        return Err(format!("{what} holds more than {MAX_SQL_INPUT} bytes"));
+    }
+    String::from_utf8(buf).map_err(|_| format!("{what} is not UTF-8"))
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -91,11 +130,18 @@ pub fn run(args: &CheckArgs) -> i32 {
             return 2;
         }
     };
+    let sql = match read_sql(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("haltsql check: {e}");
+            return 2;
+        }
+    };
     let decision = match decide(
         &config,
         args.token_name.as_deref(),
         args.policy.as_deref(),
-        &args.sql,
+        &sql,
     ) {
         Ok(d) => d,
         Err(e) => {

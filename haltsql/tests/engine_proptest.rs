@@ -27,6 +27,7 @@ fn policy() -> Policy {
         require_limit_max: Some(100),
         tables,
         extra_functions: vec![],
+        catalog: Default::default(),
     })
 }
 
@@ -137,8 +138,16 @@ fn mentions_forbidden(sql: &str) -> bool {
         .any(|w| FORBIDDEN.contains(&w))
 }
 
+/// 300 cases, or `HALTSQL_FUZZ_CASES` (`make fuzz` raises it).
+fn fuzz_cases() -> u32 {
+    std::env::var("HALTSQL_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: fuzz_cases(), failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn arbitrary_bytes_never_crash(s in "\\PC{0,200}") {

@@ -40,6 +40,19 @@ impl From<&LoadedPolicy> for Rules {
                 .map(|(name, rule)| (name.to_string(), rule.columns.clone()))
                 .collect(),
             extra_functions: p.functions.clone(),
+            catalog: p
+                .catalog
+                .iter()
+                .flat_map(|c| c.schemas.iter())
+                .flat_map(|(schema, s)| {
+                    s.tables.iter().map(move |(table, t)| {
+                        (
+                            format!("{schema}.{table}"),
+                            t.columns.iter().map(|c| c.name.clone()).collect(),
+                        )
+                    })
+                })
+                .collect(),
         }
     }
 }

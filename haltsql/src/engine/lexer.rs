@@ -49,6 +49,98 @@ pub struct Scan {
     pub tokens: usize,
     /// The first word of the first statement, lower-cased.
     pub first_word: Option<String>,
+    /// Byte ranges of `U&"..."` identifiers (prefix included).
+    pub unicode_idents: Vec<(usize, usize)>,
+    /// Whether the word `UESCAPE` occurs outside strings.
+    pub uescape: bool,
+}
+
+/// Why a `U&"..."` identifier cannot be decoded.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum UnicodeIdentError {
+    #[error("invalid Unicode escape in a U&\"...\" identifier")]
+    Invalid,
+    #[error(
+        "UESCAPE is not supported: write U&\"...\" identifiers with the default backslash escape"
+    )]
+    Uescape,
+}
+
+/// Rewrite every `U&"..."` identifier found by [`scan`] as the plain quoted
+/// identifier it stands for (`U&"\0065mail"` is `"email"`), as PostgreSQL
+/// reads it. sqlparser does not know this form.
+pub fn decode_unicode_idents(sql: &str, scan: &Scan) -> Result<String, UnicodeIdentError> {
+    if scan.uescape {
+        return Err(UnicodeIdentError::Uescape);
+    }
+    let mut out = String::with_capacity(sql.len());
+    let mut last = 0;
+    for &(start, end) in &scan.unicode_idents {
+        out.push_str(sql.get(last..start).ok_or(UnicodeIdentError::Invalid)?);
+        // Between `U&"` and the closing `"`; `""` is one quote.
+        let body = sql
+            .get(start + 3..end - 1)
+            .ok_or(UnicodeIdentError::Invalid)?
+            .replace("\"\"", "\"");
+        let decoded = unescape(&body)?;
+        if decoded.is_empty() || decoded.contains('\0') {
+            return Err(UnicodeIdentError::Invalid);
+        }
+        out.push('"');
+        out.push_str(&decoded.replace('"', "\"\""));
+        out.push('"');
+        last = end;
+    }
+    out.push_str(sql.get(last..).ok_or(UnicodeIdentError::Invalid)?);
+    Ok(out)
+}
+
+fn unescape(body: &str) -> Result<String, UnicodeIdentError> {
+    let mut out = String::new();
+    let mut chars = body.chars();
+    let mut pending_high: Option<u32> = None;
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            if pending_high.is_some() {
+                return Err(UnicodeIdentError::Invalid);
+            }
+            out.push(c);
+            continue;
+        }
+        let digits = match chars.clone().next() {
+            Some('\\') => {
+                chars.next();
+                if pending_high.is_some() {
+                    return Err(UnicodeIdentError::Invalid);
+                }
+                out.push('\\');
+                continue;
+            }
+            Some('+') => {
+                chars.next();
+                6
+            }
+            _ => 4,
+        };
+        let hex: String = chars.by_ref().take(digits).collect();
+        if hex.len() != digits || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(UnicodeIdentError::Invalid);
+        }
+        let code = u32::from_str_radix(&hex, 16).map_err(|_| UnicodeIdentError::Invalid)?;
+        match (pending_high.take(), code) {
+            (None, 0xD800..=0xDBFF) => pending_high = Some(code),
+            (Some(high), 0xDC00..=0xDFFF) => {
+                let c = 0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00);
+                out.push(char::from_u32(c).ok_or(UnicodeIdentError::Invalid)?);
+            }
+            (None, c) => out.push(char::from_u32(c).ok_or(UnicodeIdentError::Invalid)?),
+            (Some(_), _) => return Err(UnicodeIdentError::Invalid),
+        }
+    }
+    if pending_high.is_some() {
+        return Err(UnicodeIdentError::Invalid);
+    }
+    Ok(out)
 }
 
 fn is_ident_start(b: u8) -> bool {
@@ -221,11 +313,15 @@ pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
                         Some(b'"') => {
                             i = quoted_end(s, i + 2, b'"', false)
                                 .ok_or(ScanError::Unterminated("quoted identifier"))?;
+                            out.unicode_idents.push((start, i));
                             continue;
                         }
                         _ => {}
                     }
                 }
+            }
+            if word.eq_ignore_ascii_case("uescape") {
+                out.uescape = true;
             }
             if out.first_word.is_none() && out.statements == 0 {
                 out.first_word = Some(word.to_ascii_lowercase());

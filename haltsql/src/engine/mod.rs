@@ -99,6 +99,9 @@ pub struct Rules {
     pub tables: BTreeMap<String, Option<Vec<String>>>,
     /// `functions.allow`: added to [`functions::DEFAULT_FUNCTIONS`].
     pub extra_functions: Vec<String>,
+    /// The policy's catalog: `schema.table` to every column in table order.
+    /// With it, names bind with certainty (empty: no catalog).
+    pub catalog: BTreeMap<String, Vec<String>>,
 }
 
 /// A policy prepared for fast checking.
@@ -115,6 +118,8 @@ pub struct Policy {
     functions: HashSet<String>,
     /// Schema-qualified function names allowed exactly as written (`schema.name`).
     qualified_functions: HashSet<String>,
+    /// Catalog columns of policy tables, in table order.
+    catalog: BTreeMap<(String, String), Vec<String>>,
 }
 
 impl Policy {
@@ -147,7 +152,16 @@ impl Policy {
                 functions.insert(f.clone());
             }
         }
+        let catalog = rules
+            .catalog
+            .iter()
+            .filter_map(|(k, cols)| {
+                let (s, t) = k.split_once('.')?;
+                Some(((s.to_string(), t.to_string()), cols.clone()))
+            })
+            .collect();
         Policy {
+            catalog,
             name: rules.name.clone(),
             dialect: rules.dialect,
             search_path,
@@ -363,6 +377,29 @@ fn verify_here(policy: &Policy, sql: &str) -> Decision {
         );
     }
 
+    // `U&"..."` identifiers, which sqlparser reads as `U & "..."`.
+    let decoded;
+    let sql: &str = if scan.unicode_idents.is_empty() {
+        sql
+    } else {
+        match lexer::decode_unicode_idents(sql, &scan) {
+            Ok(s) => {
+                decoded = s;
+                &decoded
+            }
+            Err(e @ lexer::UnicodeIdentError::Uescape) => {
+                return Decision::deny(
+                    name,
+                    None,
+                    Violation::new(Code::SyntaxNotAllowed, e.to_string()),
+                );
+            }
+            Err(e) => {
+                return Decision::deny(name, None, Violation::new(Code::ParseError, e.to_string()));
+            }
+        }
+    };
+
     let dialect: Box<dyn SqlDialect> = match policy.dialect {
         Dialect::Postgres => Box::new(PostgreSqlDialect {}),
         Dialect::Mysql => Box::new(MySqlDialect {}),
@@ -448,6 +485,7 @@ mod tests {
             require_limit_max: Some(100),
             tables,
             extra_functions: vec![],
+            catalog: BTreeMap::new(),
         })
     }
 

@@ -1,17 +1,21 @@
 //! The AST walk. Every node kind is matched explicitly; kinds the engine
 //! does not understand are violations (`syntax_not_allowed`), never skipped.
 //!
-//! Name resolution follows PostgreSQL closely enough to stay on the safe
-//! side without a catalog:
+//! Names resolve as PostgreSQL resolves them, and what a name binds to is
+//! checked:
 //! - tables: a one-part name is a visible CTE, else it resolves through the
 //!   policy's search_path, and only to the *first* schema (an earlier schema
 //!   could hold a table of the same name); names starting with `pg_` must be
 //!   qualified (pg_catalog is searched before the search_path); three-part
 //!   names are denied;
-//! - columns: an unqualified column resolves at the innermost query level
-//!   where some relation could hold it; a policy table with a column list
-//!   could hold any name, so *every* such relation at that level must allow
-//!   the column (qualify it otherwise);
+//! - every FROM item has a column set that is known ([`Cols::Known`],
+//!   [`Cols::Catalog`]) or partly unknown (a policy table without a
+//!   catalog, a function whose output may be a composite);
+//! - an unqualified column binds to the innermost query level where a FROM
+//!   item has it, else outward; where a FROM item *may* have it, every
+//!   possible binding is checked (see [`Walker::column_ref`]);
+//! - `x.f` and `(expr).f` are calls of `f` unless known to be a column or
+//!   field; keywords PostgreSQL evaluates as functions are functions;
 //! - identifiers fold to lower case unless quoted.
 
 use std::collections::HashSet;
@@ -32,6 +36,67 @@ use super::{Code, MAX_RELATIONS, MAX_WALK_DEPTH, Policy, StatementKind, Violatio
 
 /// PostgreSQL system columns: never readable unless a column list names them.
 const SYSTEM_COLUMNS: &[&str] = &["ctid", "xmin", "xmax", "cmin", "cmax", "tableoid"];
+
+/// SQL keywords PostgreSQL evaluates as functions when written without
+/// quotes (sqlparser parses some of them as plain identifiers).
+const KEYWORD_FUNCTIONS: &[&str] = &[
+    "current_catalog",
+    "current_date",
+    "current_role",
+    "current_schema",
+    "current_time",
+    "current_timestamp",
+    "current_user",
+    "localtime",
+    "localtimestamp",
+    "session_user",
+    "system_user",
+    "user",
+];
+
+/// PostgreSQL's built-in functions that accept one argument of any row type
+/// (`any`, `anyelement`, `record`, ...), so that `t.f` calls `f(t)` when `t`
+/// has no column `f`, and type names whose input function reads the catalog
+/// or parses documents (`t.regclass` casts `t`). Taken from PostgreSQL 15's
+/// pg_proc and pg_type.
+const ROW_FUNCTIONS: &[&str] = include!("row_functions.in");
+
+/// Aggregates and window functions of the default list: not valid in FROM.
+const AGGREGATES_AND_WINDOWS: &[&str] = &[
+    "count",
+    "sum",
+    "min",
+    "max",
+    "avg",
+    "bool_and",
+    "bool_or",
+    "every",
+    "array_agg",
+    "string_agg",
+    "json_agg",
+    "jsonb_agg",
+    "stddev",
+    "stddev_pop",
+    "stddev_samp",
+    "variance",
+    "var_pop",
+    "var_samp",
+    "percentile_cont",
+    "percentile_disc",
+    "mode",
+    "row_number",
+    "rank",
+    "dense_rank",
+    "percent_rank",
+    "cume_dist",
+    "ntile",
+    "lag",
+    "lead",
+    "first_value",
+    "last_value",
+    "nth_value",
+    "grouping",
+];
 
 /// Check one parsed statement. Returns the statement kind and the violations.
 pub(crate) fn check_statement(
@@ -59,11 +124,25 @@ enum Cols {
     Listed(Arc<HashSet<String>>),
     /// A policy table without a column list: every column but system columns.
     All,
+    /// A policy table the policy's catalog describes: every column in
+    /// table order (after alias renames), and whether it may be read.
+    Catalog(Arc<Vec<(String, bool)>>),
     /// A subquery, CTE or VALUES list whose output names are known.
     Known(Vec<String>),
     /// A subquery or function whose output names are not known; its
     /// contents were checked, so every column of it may be read.
     Open,
+}
+
+impl Cols {
+    /// Whether some column of the source may not be read.
+    fn has_denied(&self) -> bool {
+        match self {
+            Cols::Listed(_) => true,
+            Cols::Catalog(v) => v.iter().any(|(_, ok)| !ok),
+            Cols::All | Cols::Known(_) | Cols::Open => false,
+        }
+    }
 }
 
 /// The output of a query.
@@ -80,6 +159,16 @@ impl Shape {
             Shape::Open => Cols::Open,
         }
     }
+}
+
+/// Whether a source has a column of some name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Has {
+    Yes,
+    /// Unknown: a table whose full column set the engine does not know, or
+    /// a function or subquery whose output names are not known.
+    Maybe,
+    No,
 }
 
 #[derive(Debug, Clone)]
@@ -129,17 +218,30 @@ impl Source {
         }
     }
 
-    fn might_contain(&self, col: &str) -> bool {
+    /// Whether this source has a column `col`, as far as the engine knows.
+    fn has(&self, col: &str) -> Has {
         match &self.cols {
-            Cols::Listed(_) | Cols::All | Cols::Open => true,
-            Cols::Known(v) => v.iter().any(|c| c == col),
+            // Every base table has the system columns.
+            _ if self.base && SYSTEM_COLUMNS.contains(&col) => Has::Yes,
+            Cols::Listed(set) if set.contains(col) => Has::Yes,
+            Cols::Listed(_) | Cols::All | Cols::Open => Has::Maybe,
+            Cols::Catalog(v) if v.iter().any(|(c, _)| c == col) => Has::Yes,
+            Cols::Catalog(_) => Has::No,
+            Cols::Known(v) if v.iter().any(|c| c == col) => Has::Yes,
+            Cols::Known(_) => Has::No,
         }
+    }
+
+    fn might_contain(&self, col: &str) -> bool {
+        self.has(col) != Has::No
     }
 
     fn allows(&self, col: &str) -> bool {
         match &self.cols {
+            // System columns only when a column list names them.
             Cols::Listed(set) => set.contains(col),
-            Cols::All => !SYSTEM_COLUMNS.contains(&col),
+            Cols::All => !(self.base && SYSTEM_COLUMNS.contains(&col)),
+            Cols::Catalog(v) => v.iter().any(|(c, ok)| c == col && *ok),
             Cols::Known(v) => v.iter().any(|c| c == col),
             Cols::Open => true,
         }
@@ -417,7 +519,7 @@ impl<'p> Walker<'p> {
         };
         let alias = i.table_alias.as_ref().map(|a| &a.alias);
         let target = self.target(name, alias);
-        if i.columns.is_empty() && matches!(target.cols, Cols::Listed(_)) {
+        if i.columns.is_empty() && target.cols.has_denied() {
             self.push(
                 Violation::new(
                     Code::WildcardNotAllowed,
@@ -920,8 +1022,12 @@ impl<'p> Walker<'p> {
                 if !modifiers.is_empty() {
                     self.unsupported("GROUP BY modifiers");
                 }
+                let outputs = match &shape {
+                    Shape::Known(v) => v.clone(),
+                    Shape::Open => Vec::new(),
+                };
                 for e in exprs {
-                    self.expr(e);
+                    self.group_by_expr(e, &outputs);
                 }
             }
         }
@@ -943,6 +1049,38 @@ impl<'p> Walker<'p> {
         }
         self.levels.pop();
         shape
+    }
+
+    /// A GROUP BY item. A bare name is an input column of this query level
+    /// if some FROM item here has it, else an output column (PostgreSQL's
+    /// rule, the reverse of ORDER BY's).
+    fn group_by_expr(&mut self, e: &Expr, outputs: &[String]) {
+        let Expr::Identifier(id) = e else {
+            return self.expr(e);
+        };
+        let name = fold(id);
+        let keyword = id.quote_style.is_none() && KEYWORD_FUNCTIONS.contains(&name.as_str());
+        if keyword || !outputs.contains(&name) {
+            return self.expr(e);
+        }
+        let sources: Vec<Source> = self
+            .levels
+            .last()
+            .map(|l| l.sources.clone())
+            .unwrap_or_default();
+        if sources.iter().any(|s| s.has(&name) == Has::Yes) {
+            return self.expr(e);
+        }
+        // An output alias, unless a FROM item here has an unknown column of
+        // that name; such a binding must be allowed too.
+        let why = || {
+            format!(
+                "GROUP BY {name} names an input column when a FROM item has one (before the output column {name}), and the engine does not know all their columns"
+            )
+        };
+        for s in sources.iter().filter(|s| s.has(&name) == Has::Maybe) {
+            self.check_binding(s, &name, Some(why));
+        }
     }
 
     /// The select list (also RETURNING). Returns the output shape.
@@ -1026,7 +1164,7 @@ impl<'p> Walker<'p> {
     /// `TABLE t`). Returns the column names when known.
     fn whole_row(&mut self, src: &Source) -> Option<Vec<String>> {
         match &src.cols {
-            Cols::Listed(_) => {
+            c if c.has_denied() => {
                 self.push(
                     Violation::new(
                         Code::WildcardNotAllowed,
@@ -1040,7 +1178,8 @@ impl<'p> Walker<'p> {
                 None
             }
             Cols::Known(v) => Some(v.clone()),
-            Cols::All | Cols::Open => None,
+            Cols::Catalog(v) => Some(v.iter().map(|(c, _)| c.clone()).collect()),
+            Cols::Listed(_) | Cols::All | Cols::Open => None,
         }
     }
 
@@ -1134,7 +1273,7 @@ impl<'p> Walker<'p> {
                     .last()
                     .map(|l| l.sources.clone())
                     .unwrap_or_default();
-                for s in sources.iter().filter(|s| matches!(s.cols, Cols::Listed(_))) {
+                for s in sources.iter().filter(|s| s.cols.has_denied()) {
                     self.push(
                         Violation::new(
                             Code::WildcardNotAllowed,
@@ -1164,7 +1303,7 @@ impl<'p> Walker<'p> {
                 args,
                 with_hints,
                 version,
-                with_ordinality: _,
+                with_ordinality,
                 partitions,
                 json_path,
                 sample,
@@ -1184,26 +1323,13 @@ impl<'p> Walker<'p> {
                 }
                 if let Some(args) = args {
                     // A function in FROM.
-                    self.function_name(name);
                     if args.settings.is_some() {
                         self.unsupported("function SETTINGS");
                     }
                     for a in &args.args {
                         self.function_arg(a, false);
                     }
-                    let qual = match alias {
-                        Some(a) => Qual::Alias(fold(&a.name)),
-                        None => match last_ident(name) {
-                            Some(id) => Qual::Alias(fold(id)),
-                            None => Qual::None,
-                        },
-                    };
-                    self.add_source(Source {
-                        qual,
-                        cols: Cols::Open,
-                        label: name.to_string(),
-                        base: false,
-                    });
+                    self.function_source(name, alias.as_ref(), *with_ordinality);
                 } else {
                     let mut src = self.relation(name);
                     if let Some(a) = alias {
@@ -1216,7 +1342,7 @@ impl<'p> Walker<'p> {
                                         Violation::new(
                                             Code::ColumnNotAllowed,
                                             format!(
-                                                "column aliases on table {} hide which columns are read",
+                                                "column aliases on table {} cannot be bound with certainty: they rename columns by position, and the engine does not know the table's column order",
                                                 src.label
                                             ),
                                         )
@@ -1226,6 +1352,16 @@ impl<'p> Walker<'p> {
                                 }
                                 Cols::Known(v) => {
                                     src.cols = self.rename(Shape::Known(v.clone()), a).into_cols();
+                                }
+                                Cols::Catalog(v) => {
+                                    // Renames apply to the columns in table order.
+                                    let mut v = v.as_ref().clone();
+                                    for (i, c) in a.columns.iter().enumerate() {
+                                        if let Some(slot) = v.get_mut(i) {
+                                            slot.0 = fold(&c.name);
+                                        }
+                                    }
+                                    src.cols = Cols::Catalog(Arc::new(v));
                                 }
                                 Cols::Open => {}
                             }
@@ -1264,23 +1400,13 @@ impl<'p> Walker<'p> {
                 lateral: _,
                 name,
                 args,
-                with_ordinality: _,
+                with_ordinality,
                 alias,
             } => {
-                self.function_name(name);
                 for a in args {
                     self.function_arg(a, false);
                 }
-                let qual = match alias {
-                    Some(a) => Qual::Alias(fold(&a.name)),
-                    None => Qual::None,
-                };
-                self.add_source(Source {
-                    qual,
-                    cols: Cols::Open,
-                    label: name.to_string(),
-                    base: false,
-                });
+                self.function_source(name, alias.as_ref(), *with_ordinality);
             }
             TableFactor::UNNEST {
                 alias,
@@ -1295,16 +1421,8 @@ impl<'p> Walker<'p> {
                 for e in array_exprs {
                     self.expr(e);
                 }
-                let qual = match alias {
-                    Some(a) => Qual::Alias(fold(&a.name)),
-                    None => Qual::Alias("unnest".into()),
-                };
-                self.add_source(Source {
-                    qual,
-                    cols: Cols::Open,
-                    label: "unnest".into(),
-                    base: false,
-                });
+                let name = ObjectName::from(vec![Ident::new("unnest")]);
+                self.function_source(&name, alias.as_ref(), false);
             }
             TableFactor::NestedJoin {
                 table_with_joins,
@@ -1318,6 +1436,53 @@ impl<'p> Walker<'p> {
             _ => self.unsupported("this FROM item"),
         }
         self.leave();
+    }
+
+    /// A function in FROM: checked against the allow-list, and added as a
+    /// source with the columns PostgreSQL gives it. A function on the
+    /// default list returns one value, so its one column is named after the
+    /// alias's first column, else the alias, else the function (and WITH
+    /// ORDINALITY adds `ordinality`). Other functions (`unnest`, whose
+    /// output can be a composite, and `functions.allow` entries) have
+    /// unknown columns.
+    fn function_source(&mut self, name: &ObjectName, alias: Option<&TableAlias>, ordinality: bool) {
+        let allowed = self.function_name(name);
+        let fname = last_ident(name).map(fold).unwrap_or_default();
+        let scalar = allowed.as_deref().is_some_and(|n| {
+            super::functions::DEFAULT_FUNCTIONS.contains(&n) && !AGGREGATES_AND_WINDOWS.contains(&n)
+        });
+        let cols = if scalar {
+            let listed: Vec<String> = alias
+                .map(|a| a.columns.iter().map(|c| fold(&c.name)).collect())
+                .unwrap_or_default();
+            let first = listed
+                .first()
+                .cloned()
+                .or_else(|| alias.map(|a| fold(&a.name)))
+                .unwrap_or_else(|| fname.clone());
+            let mut cols = vec![first];
+            if ordinality {
+                cols.push(
+                    listed
+                        .get(1)
+                        .cloned()
+                        .unwrap_or_else(|| "ordinality".into()),
+                );
+            }
+            Cols::Known(cols)
+        } else {
+            Cols::Open
+        };
+        let qual = match alias {
+            Some(a) => Qual::Alias(fold(&a.name)),
+            None => Qual::Alias(fname),
+        };
+        self.add_source(Source {
+            qual,
+            cols,
+            label: name.to_string(),
+            base: false,
+        });
     }
 
     /// Resolve a relation name in FROM / TABLE / IN TABLE: a CTE or a policy table.
@@ -1407,9 +1572,18 @@ impl<'p> Walker<'p> {
         let Some(cols) = self.policy.tables.get(&(schema.clone(), table.clone())) else {
             return denied(self, label.clone(), format!("table {label} is not allowed"));
         };
-        let cols = match cols {
-            Some(set) => Cols::Listed(Arc::new(set.clone())),
-            None => Cols::All,
+        let cols = match (
+            self.policy.catalog.get(&(schema.clone(), table.clone())),
+            cols,
+        ) {
+            (Some(all), Some(set)) => Cols::Catalog(Arc::new(
+                all.iter().map(|c| (c.clone(), set.contains(c))).collect(),
+            )),
+            (Some(all), None) => {
+                Cols::Catalog(Arc::new(all.iter().map(|c| (c.clone(), true)).collect()))
+            }
+            (None, Some(set)) => Cols::Listed(Arc::new(set.clone())),
+            (None, None) => Cols::All,
         };
         Source {
             qual: Qual::Table {
@@ -1453,23 +1627,41 @@ impl<'p> Walker<'p> {
     }
 
     fn check_column_in(&mut self, src: &Source, col: &str) {
-        let system = src.base && SYSTEM_COLUMNS.contains(&col);
-        let ok = match &src.cols {
-            Cols::Listed(set) => set.contains(col),
-            _ => src.allows(col) && !system,
-        };
-        if !ok {
-            let msg = match src.table_name() {
-                Some(t) => format!("column {col} of {t} is not allowed"),
-                None => format!("column {col} is not an output column of {}", src.label),
-            };
-            let v = Violation::new(Code::ColumnNotAllowed, msg).column(col.to_string());
-            let v = match src.table_name() {
-                Some(t) => v.table(t),
-                None => v,
-            };
-            self.push(v);
+        self.check_binding(src, col, None::<fn() -> String>);
+    }
+
+    /// Deny reading `col` of `src` unless the source allows it. `uncertain`
+    /// names the other possible binding when PostgreSQL's choice depends on
+    /// columns the engine does not know.
+    fn check_binding(&mut self, src: &Source, col: &str, uncertain: Option<impl Fn() -> String>) {
+        if src.allows(col) {
+            return;
         }
+        let uncertain = uncertain.map(|why| why());
+        let system = src.base && SYSTEM_COLUMNS.contains(&col);
+        let what = match src.table_name() {
+            Some(t) if system => format!("system column {col} of {t} is not allowed"),
+            Some(t) => format!("column {col} of {t} is not allowed"),
+            None => format!("column {col} is not an output column of {}", src.label),
+        };
+        let msg = match &uncertain {
+            Some(why) => format!(
+                "{col} cannot be bound with certainty: it may bind to {}, whose {what_short}; {why}",
+                src.table_name().unwrap_or_else(|| src.label.clone()),
+                what_short = if system {
+                    "system columns are not allowed".to_string()
+                } else {
+                    format!("column {col} is not allowed")
+                },
+            ),
+            None => what,
+        };
+        let v = Violation::new(Code::ColumnNotAllowed, msg).column(col.to_string());
+        let v = match src.table_name() {
+            Some(t) => v.table(t),
+            None => v,
+        };
+        self.push(v);
     }
 
     fn column_ref(&mut self, qualifier: Option<&[Ident]>, id: &Ident) {
@@ -1477,7 +1669,7 @@ impl<'p> Walker<'p> {
         if let Some(q) = qualifier {
             let qual: Vec<String> = q.iter().map(fold).collect();
             match self.find_source(&qual) {
-                Some(src) => self.check_column_in(&src, &col),
+                Some(src) => self.qualified_column(&src, &qual.join("."), &col),
                 None => {
                     let q = qual.join(".");
                     self.push(
@@ -1491,53 +1683,131 @@ impl<'p> Walker<'p> {
             }
             return;
         }
-        // Unqualified: innermost level where some source might hold it.
-        let levels: Vec<Vec<Source>> = self
-            .levels
-            .iter()
-            .rev()
-            .map(|l| l.sources.clone())
-            .collect();
-        for sources in &levels {
-            // A whole-row reference: the name of a relation used as a value.
-            if let Some(src) = sources
+        // DEFAULT in VALUES or SET (sqlparser reads it as a name); elsewhere
+        // PostgreSQL rejects it.
+        if id.quote_style.is_none() && col == "default" {
+            return;
+        }
+        // SQL keywords that PostgreSQL evaluates as functions, whatever the
+        // FROM clause holds (a quoted name is an identifier).
+        if id.quote_style.is_none() && KEYWORD_FUNCTIONS.contains(&col.as_str()) {
+            self.function_name(&ObjectName::from(vec![id.clone()]));
+            return;
+        }
+        // PostgreSQL binds an unqualified name to the innermost query level
+        // where some FROM item has a column of that name, else it is a
+        // whole-row reference. Every binding that is possible given what the
+        // engine knows must be allowed.
+        let mut possible: Vec<Source> = Vec::new();
+        let mut bound = false;
+        for level in self.levels.iter().rev() {
+            let mut yes: Vec<Source> = Vec::new();
+            let mut maybe: Vec<Source> = Vec::new();
+            for s in &level.sources {
+                match s.has(&col) {
+                    Has::Yes => yes.push(s.clone()),
+                    Has::Maybe => maybe.push(s.clone()),
+                    Has::No => {}
+                }
+            }
+            if !yes.is_empty() {
+                // A second owner at this level would be an ambiguity error,
+                // so the name binds to one of `yes` or fails.
+                possible.extend(yes);
+                bound = true;
+                break;
+            }
+            possible.extend(maybe);
+        }
+        let certain = bound && possible.len() == 1 && possible[0].has(&col) == Has::Yes;
+        let why = || {
+            let names: Vec<String> = possible
+                .iter()
+                .map(|s| s.table_name().unwrap_or_else(|| s.label.clone()))
+                .collect();
+            format!(
+                "PostgreSQL binds it to the innermost of {} that has such a column, and the engine does not know all their columns (qualify the name, or give the policy a catalog)",
+                names.join(", ")
+            )
+        };
+        for s in &possible {
+            if certain {
+                self.check_binding(s, &col, None::<fn() -> String>);
+            } else {
+                self.check_binding(s, &col, Some(why));
+            }
+        }
+        if bound {
+            return;
+        }
+        // No certain column: it may also be a whole-row reference.
+        let whole_row = self.levels.iter().rev().find_map(|l| {
+            l.sources
                 .iter()
                 .find(|s| s.single_name() == Some(col.as_str()))
-                && matches!(src.cols, Cols::Listed(_))
-                && !src.allows(&col)
-            {
+                .cloned()
+        });
+        match whole_row {
+            Some(src) => {
+                self.whole_row(&src);
+            }
+            None if possible.is_empty() => self.push(
+                Violation::new(
+                    Code::ColumnNotAllowed,
+                    format!("{col} does not name a column of any table in the FROM clause"),
+                )
+                .column(col),
+            ),
+            None => {}
+        }
+    }
+
+    /// `q.col`: a column of the source `q`, or, when `q` has no such column,
+    /// a call of the function `col` on `q`'s whole row (PostgreSQL's
+    /// attribute notation).
+    fn qualified_column(&mut self, src: &Source, q: &str, col: &str) {
+        match src.has(col) {
+            Has::Yes => self.check_column_in(src, col),
+            Has::No => {
+                // Not a column: `q.col` calls col(q).
+                self.attribute_call(q, col, Some(src));
+            }
+            Has::Maybe => match &src.cols {
+                Cols::Listed(_) | Cols::Catalog(_) => self.check_column_in(src, col),
+                _ => {
+                    if !self.policy.functions.contains(col) && ROW_FUNCTIONS.contains(&col) {
+                        self.push(
+                            Violation::new(
+                                Code::FunctionNotAllowed,
+                                format!(
+                                    "{q}.{col} cannot be bound with certainty: unless {q} has a column {col}, PostgreSQL calls the function {col}({q}), which is not allowed (the engine does not know {q}'s columns)"
+                                ),
+                            )
+                            .column(col.to_string()),
+                        );
+                    } else {
+                        self.check_column_in(src, col);
+                    }
+                }
+            },
+        }
+    }
+
+    /// `x.f` or `(expr).f` that is not a known column or field: PostgreSQL
+    /// calls `f(x)`.
+    fn attribute_call(&mut self, shown: &str, f: &str, src: Option<&Source>) {
+        if self.policy.functions.contains(f) {
+            if let Some(src) = src {
                 self.whole_row(src);
-                return;
-            }
-            let candidates: Vec<&Source> =
-                sources.iter().filter(|s| s.might_contain(&col)).collect();
-            if candidates.is_empty() {
-                continue;
-            }
-            for s in candidates {
-                self.check_column_in(s, &col);
             }
             return;
         }
-        // No relation could hold the name: a whole-row reference of an open
-        // source, or an unknown name (a PostgreSQL error, or a keyword-like
-        // function such as current_schema).
-        for sources in &levels {
-            if let Some(src) = sources
-                .iter()
-                .find(|s| s.single_name() == Some(col.as_str()))
-            {
-                self.whole_row(src);
-                return;
-            }
-        }
-        self.push(
-            Violation::new(
-                Code::ColumnNotAllowed,
-                format!("{col} does not name a column of any table in the FROM clause"),
-            )
-            .column(col),
-        );
+        self.push(Violation::new(
+            Code::FunctionNotAllowed,
+            format!(
+                "{shown}.{f} is a call of the function {f}({shown}) unless {shown} is known to have a column or field {f}; function {f} is not allowed"
+            ),
+        ));
     }
 
     // ---------------------------------------------------------------- expressions
@@ -1578,12 +1848,16 @@ impl<'p> Walker<'p> {
                 self.expr(root);
                 for a in access_chain {
                     match a {
-                        sqlparser::ast::AccessExpr::Dot(field) => {
-                            // A field name of a composite value, not a column.
-                            if !matches!(field, Expr::Identifier(_)) {
-                                self.unsupported("this field access");
+                        sqlparser::ast::AccessExpr::Dot(field) => match field {
+                            // `(expr).f` is a field only when expr is a
+                            // composite with a field f; otherwise PostgreSQL
+                            // calls f(expr). The engine does not know value
+                            // types, so f must be an allowed function.
+                            Expr::Identifier(f) => {
+                                self.attribute_call("(expression)", &fold(f), None)
                             }
-                        }
+                            _ => self.unsupported("this field access"),
+                        },
                         sqlparser::ast::AccessExpr::Subscript(s) => match s {
                             sqlparser::ast::Subscript::Index { index } => self.expr(index),
                             sqlparser::ast::Subscript::Slice {
