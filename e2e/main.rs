@@ -644,30 +644,13 @@ impl Run {
             "Progressing=False/RolloutFailed after the {ROLLOUT_DEADLINE_SECONDS}s deadline"
         ));
         let deadline = Duration::from_secs(ROLLOUT_DEADLINE_SECONDS) + WAIT;
-        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        wait_for("RolloutFailed", deadline, || {
-            let (cluster, ns) = (cluster.clone(), ns.clone());
-            async move {
-                let server = cluster
-                    .servers(&ns)
-                    .get(SERVER)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let progressing = condition(&server, "Progressing");
-                let ready = condition(&server, "Ready");
-                let current = progressing.as_ref().and_then(|c| c.observed_generation)
-                    == server.metadata.generation;
-                if current
-                    && progressing
-                        .as_ref()
-                        .is_some_and(|c| c.status == "False" && c.reason == "RolloutFailed")
-                    && ready.as_ref().is_some_and(|c| c.status == "False")
-                {
-                    Ok(())
-                } else {
-                    Err(describe(&server))
-                }
-            }
+        self.wait_server("RolloutFailed", deadline, |server| {
+            let progressing = condition(server, "Progressing");
+            let current = progressing.as_ref().and_then(|c| c.observed_generation)
+                == server.metadata.generation;
+            current
+                && progressing.is_some_and(|c| c.status == "False" && c.reason == "RolloutFailed")
+                && condition(server, "Ready").is_some_and(|c| c.status == "False")
         })
         .await;
         for ep in &endpoints {
@@ -690,25 +673,14 @@ impl Run {
             Some(&self.ns),
             &server_manifest(&self.provider.haltsql_image, false),
         );
-        let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        let want = checksum.to_owned();
-        wait_for(
+        self.wait_server(
             "the server Ready again on its last good configuration",
             WAIT,
-            || {
-                let (cluster, ns, want) = (cluster.clone(), ns.clone(), want.clone());
-                async move {
-                    let server = cluster
-                        .servers(&ns)
-                        .get(SERVER)
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    let ok = is_true_now(&server, "Ready")
-                        && is_true_now(&server, "Progressing")
-                        && status_str(&server, "configChecksum").as_deref() == Some(want.as_str())
-                        && cluster::status_i64(&server, "readyReplicas") == Some(REPLICAS as i64);
-                    if ok { Ok(()) } else { Err(describe(&server)) }
-                }
+            |server| {
+                is_true_now(server, "Ready")
+                    && is_true_now(server, "Progressing")
+                    && status_str(server, "configChecksum").as_deref() == Some(checksum)
+                    && cluster::status_i64(server, "readyReplicas") == Some(REPLICAS as i64)
             },
         )
         .await;
@@ -724,6 +696,29 @@ impl Run {
             rs, old_rs,
             "the recovery did not return to the last good ReplicaSet"
         );
+    }
+
+    /// Waits until `ok` holds for the HaltSQLServer; reports its last state otherwise.
+    async fn wait_server(
+        &self,
+        what: &str,
+        timeout: Duration,
+        ok: impl Fn(&kube::api::DynamicObject) -> bool,
+    ) {
+        let servers = self.cluster.servers(&self.ns);
+        let ok = &ok;
+        wait_for(what, timeout, || {
+            let servers = servers.clone();
+            async move {
+                let server = servers.get(SERVER).await.map_err(|e| e.to_string())?;
+                if ok(&server) {
+                    Ok(())
+                } else {
+                    Err(describe(&server))
+                }
+            }
+        })
+        .await
     }
 
     async fn template_checksum(&self) -> String {

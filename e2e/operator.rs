@@ -65,17 +65,16 @@ impl Operator {
         http::metric_sum(&self.scrape().await, "haltsql_operator_reconciles_total") as u64
     }
 
+    /// `kubectl get lease -o OUTPUT` of the leader Lease.
+    fn lease(&self, output: &str) -> (bool, String, String) {
+        let lease = haltsql_operator::leader::LEASE_NAME;
+        self.cluster
+            .kubectl_try(&["-n", NAMESPACE, "get", "lease", lease, "-o", output])
+    }
+
     /// The pod named by the leader Lease's holder (`<pod>_<suffix>`), if any.
     fn lease_holder_pod(&self) -> Option<String> {
-        let (ok, out, _) = self.cluster.kubectl_try(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "lease",
-            haltsql_operator::leader::LEASE_NAME,
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ]);
+        let (ok, out, _) = self.lease("jsonpath={.spec.holderIdentity}");
         let holder = out.trim();
         (ok && !holder.is_empty()).then(|| holder.split('_').next().unwrap_or(holder).to_owned())
     }
@@ -105,15 +104,7 @@ impl Operator {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let (_, lease, _) = self.cluster.kubectl_try(&[
-            "-n",
-            NAMESPACE,
-            "get",
-            "lease",
-            haltsql_operator::leader::LEASE_NAME,
-            "-o",
-            "yaml",
-        ]);
+        let (_, lease, _) = self.lease("yaml");
         panic!("no operator replica became leader within {timeout:?} ({last}):\n{lease}");
     }
 
