@@ -807,42 +807,55 @@ fn postgres_is_the_judge() {
         .filter(|l| l.starts_with("[catalog"))
         .count();
 
-    println!("== verify engine vs PostgreSQL ==");
-    println!(
+    // The figures go straight to standard error: the test harness captures
+    // print! of a passing test, and `make test` must show them.
+    use std::io::Write as _;
+    let mut err = std::io::stderr().lock();
+    macro_rules! report {
+        ($($arg:tt)*) => {
+            let _ = writeln!(err, $($arg)*);
+        };
+    }
+    report!("== verify engine vs PostgreSQL ==");
+    report!(
         "queries tried: {} (suite + mutations + grid {suite}, half of them under the policies with a catalog; sqlsmith {smith_checks} checks of {} queries)",
         t.tried,
         smith.len()
     );
-    println!(
+    report!(
         "run by PostgreSQL: {}; agree allow: {}; agree deny: {}; allowed but PostgreSQL failed for another reason: {}",
-        t.run, t.agree_allow, t.agree_deny, t.allowed_pg_error
+        t.run,
+        t.agree_allow,
+        t.agree_deny,
+        t.allowed_pg_error
     );
-    println!("bypasses: {}", t.bypasses.len());
-    println!(
+    report!("bypasses: {}", t.bypasses.len());
+    report!(
         "over-blocks: {} ({} under the policies with a catalog; {} without a contract rule)",
         t.over_block_count(),
         catalog_blocks,
         t.unjustified.len()
     );
     for (why, lines) in &t.over_blocks {
-        println!("  {:>6}  {why}", lines.len());
+        report!("  {:>6}  {why}", lines.len());
         let shown = if verbose { lines.len() } else { 3 };
         for l in lines.iter().filter(|l| !l.contains("sqlsmith")).take(shown) {
-            println!("          {}", short(l));
+            report!("          {}", short(l));
         }
     }
     for l in &t.unjustified {
-        println!("  UNJUSTIFIED {}", short(l));
+        report!("  UNJUSTIFIED {}", short(l));
     }
     for b in &t.bypasses {
-        println!("  BYPASS {b}");
+        report!("  BYPASS {b}");
     }
-    println!(
+    report!(
         "time: {:.1} s (setup {:.1} s, sqlsmith generating {:.1} s, alongside; {WORKERS} connections)",
         start.elapsed().as_secs_f64(),
         setup_done.as_secs_f64(),
         smith_generated.as_secs_f64()
     );
+    drop(err);
     drop(db);
     let _ = admin.batch_execute(&format!("DROP DATABASE IF EXISTS {DB} WITH (FORCE)"));
     assert!(
