@@ -48,21 +48,10 @@ api_port="$(port)"; health_port="$(port)"
 while [[ $health_port == "$api_port" ]]; do health_port="$(port)"; done
 token="loadtest-token"
 hash="$(printf '%s' "$token" | "$target/haltsql" hash-token)"
-cat > "$work/policy.yaml" <<YAML
-apiVersion: haltsql.dev/v1
-kind: Policy
-metadata:
-  name: orders-agent
-dialect: postgres
-search_path: [app]
-statements:
-  allow: [select]
-require_limit:
-  max: 100
-tables:
-  app.orders:
-    columns: [id, status, total_cents]
-YAML
+# The quick-start policy, as config/samples ships it (the document under spec.policy).
+sed -n '/^  policy: |$/,$p' config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml | tail -n +2 | sed 's/^    //' \
+  > "$work/policy.yaml"
+grep -q '^kind: Policy$' "$work/policy.yaml" || { echo "no policy in config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml" >&2; exit 1; }
 cat > "$work/config.yaml" <<YAML
 apiVersion: haltsql.dev/v1
 kind: Config
