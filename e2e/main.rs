@@ -15,6 +15,7 @@
 //! Scratch files go to `.cache/e2e/<namespace>/`, removed when the scenario
 //! passes (kept with `HALTSQL_E2E_KEEP_LOGS=1`).
 
+mod bundle;
 mod cluster;
 mod http;
 mod operator;
@@ -55,6 +56,11 @@ pub const ROLLOUT_DEADLINE_SECONDS: u64 = 45;
 /// A token whose Secret key holds no SHA-256: the configuration that does not start.
 const BROKEN_TOKEN: &str = "broken-agent";
 const BROKEN_KEY: &str = "broken.sha256";
+/// The server of the bundle step and the Secret with its S3 credentials.
+const BUNDLE_SERVER: &str = "haltsql-bundle";
+const BUNDLE_SECRET: &str = "bundle-s3";
+/// The shortest poll interval haltsql accepts.
+const BUNDLE_POLL_SECONDS: u64 = 10;
 
 /// Prints one progress line with the time since the scenario started.
 pub fn step(msg: &str) {
@@ -140,6 +146,7 @@ impl Run {
         self.rollout_that_does_not_start(&checksum).await;
         self.apply_invalid_policy(&checksum).await;
         self.delete_server().await;
+        self.bundle_served().await;
         self.final_health().await;
     }
 
@@ -532,7 +539,7 @@ impl Run {
         wait_for("the new pod template", WAIT, || {
             let (cluster, ns, old) = (cluster.clone(), ns.clone(), old_template.clone());
             async move {
-                let now = template_checksum(&cluster, &ns).await?;
+                let now = template_checksum(&cluster, &ns, SERVER).await?;
                 if now != old {
                     Ok(())
                 } else {
@@ -722,7 +729,7 @@ impl Run {
     }
 
     async fn template_checksum(&self) -> String {
-        template_checksum(&self.cluster, &self.ns)
+        template_checksum(&self.cluster, &self.ns, SERVER)
             .await
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -939,6 +946,137 @@ impl Run {
         step(&format!("7. the policy without servers: Synced {synced:?}"));
     }
 
+    // ---- 8. a signed bundle -------------------------------------------------
+
+    /// config/samples' bundle policy, served by real pods from a signed
+    /// bundle in S3: the pods answer from the bundle, pick up a new version
+    /// without a rollout, and keep serving it when the source goes away.
+    async fn bundle_served(&mut self) {
+        if self.provider.kind != provider::Kind::Node {
+            step("8. signed bundle: skipped (kind's pods cannot reach the test's S3 server)");
+            return;
+        }
+        step("8. a signed bundle (haltsql bundle build/sign) in S3: s3s-fs on the node's address");
+        let signer = bundle::Signer::new(&self.dir);
+        let mut s3 = bundle::S3Peer::start(&self.dir, &random_token());
+        s3.publish(&signer.bundle("v1", &policy_document(COLUMNS_V1, false)));
+
+        step("8. config/samples' bundle policy, pointed at it, and a server that loads only it");
+        self.cluster.kubectl_ok(&[
+            "-n",
+            &self.ns,
+            "create",
+            "secret",
+            "generic",
+            BUNDLE_SECRET,
+            &format!("--from-literal=access_key_id={}", bundle::ACCESS_KEY),
+            &format!("--from-literal=secret_access_key={}", s3.secret_key),
+        ]);
+        let (policy, prefix, manifest) = bundle_policy_manifest(&s3, &signer.public_pem);
+        self.cluster.apply(Some(&self.ns), &manifest);
+        self.cluster.apply(
+            Some(&self.ns),
+            &bundle_server_manifest(&self.provider.haltsql_image, &policy, &prefix),
+        );
+        for (object, condition) in [
+            (format!("haltsqlpolicy/{policy}"), "Valid"),
+            (format!("haltsqlserver/{BUNDLE_SERVER}"), "Ready"),
+            (format!("haltsqlpolicy/{policy}"), "Synced"),
+        ] {
+            self.cluster
+                .wait_condition(&self.ns, &object, condition, WAIT);
+        }
+        let checksum = template_checksum(&self.cluster, &self.ns, BUNDLE_SERVER)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let endpoints = self
+            .pods
+            .sync(
+                &self.cluster,
+                &self.ns,
+                BUNDLE_SERVER,
+                &checksum,
+                REPLICAS,
+                WAIT,
+            )
+            .await;
+
+        let served = format!("{prefix}{POLICY_NAME}");
+        step(&format!(
+            "8. the pods answer from the bundle's policy {served}"
+        ));
+        let token = self.token.clone();
+        for ep in &endpoints {
+            expect_allowed_by(
+                ep,
+                &token,
+                "SELECT id, status FROM orders LIMIT 10",
+                &served,
+            )
+            .await;
+            expect_denied(
+                ep,
+                &token,
+                "SELECT id, email FROM orders LIMIT 10",
+                "column_not_allowed",
+            )
+            .await;
+            expect_denied(ep, &token, UPDATE_QUERY, "column_not_allowed").await;
+        }
+
+        step("8. a new bundle version: the same pods serve it after a poll, without a rollout");
+        s3.publish(&signer.bundle("v2", &policy_document(COLUMNS_V2, false)));
+        let poll = Duration::from_secs(BUNDLE_POLL_SECONDS);
+        for ep in &endpoints {
+            wait_for(
+                &format!("pod {} to serve bundle v2", ep.pod),
+                6 * poll,
+                || async {
+                    match http::verify(ep.addr, Some(&token), UPDATE_QUERY).await {
+                        Ok(r) if r.status == 200 && r.json()["allowed"] == true => Ok(()),
+                        Ok(r) => Err(format!("{} {}", r.status, r.body)),
+                        Err(e) => Err(e),
+                    }
+                },
+            )
+            .await;
+        }
+        let now = template_checksum(&self.cluster, &self.ns, BUNDLE_SERVER)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            now, checksum,
+            "a bundle update must not change the pod template"
+        );
+
+        step("8. the S3 server stops: each pod logs the failed poll and keeps serving the bundle");
+        s3.stop();
+        for ep in &endpoints {
+            let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
+            wait_for(
+                &format!("pod {} to log a failed poll", ep.pod),
+                6 * poll,
+                || {
+                    let (cluster, ns) = (cluster.clone(), ns.clone());
+                    async move {
+                        let (_, log, err) = cluster.kubectl_try(&["-n", &ns, "logs", &ep.pod]);
+                        if log.contains("cannot fetch the bundle") {
+                            Ok(())
+                        } else {
+                            Err(format!("{log}{err}"))
+                        }
+                    }
+                },
+            )
+            .await;
+            expect_allowed_by(ep, &token, UPDATE_QUERY, &served).await;
+            let ready = http::get(ep.addr, "/readyz")
+                .await
+                .unwrap_or_else(|e| panic!("pod {}: {e}", ep.pod));
+            assert_eq!(ready.status, 200, "pod {}: {}", ep.pod, ready.body);
+        }
+    }
+
     async fn final_health(&mut self) {
         step("misbehaviour: the operator still runs, never restarted, never panicked");
         self.op().assert_healthy();
@@ -1009,9 +1147,33 @@ const COLUMNS_V1: &str = "[id, status, total_cents]";
 const COLUMNS_V2: &str = "[id, status, total_cents, created_at]";
 const UPDATE_QUERY: &str = "SELECT id, created_at FROM orders LIMIT 10";
 
-/// The quick-start policy; `broken` misspells `columns` (an unknown key).
-fn policy_manifest(columns: &str, broken: bool) -> String {
+/// The quick-start policy document; `broken` misspells `columns` (an unknown key).
+fn policy_document(columns: &str, broken: bool) -> String {
     let key = if broken { "colums" } else { "columns" };
+    format!(
+        r#"apiVersion: haltsql.dev/v1
+kind: Policy
+metadata:
+  name: {POLICY_NAME}
+dialect: postgres
+search_path: [app]
+statements:
+  allow: [select]
+require_limit:
+  max: 100
+tables:
+  app.orders:
+    {key}: {columns}
+"#
+    )
+}
+
+/// The HaltSQLPolicy holding the quick-start policy inline.
+fn policy_manifest(columns: &str, broken: bool) -> String {
+    let document: String = policy_document(columns, broken)
+        .lines()
+        .map(|l| format!("    {l}\n"))
+        .collect();
     format!(
         r#"apiVersion: haltsql.dev/v1alpha1
 kind: HaltSQLPolicy
@@ -1019,19 +1181,61 @@ metadata:
   name: {POLICY}
 spec:
   policy: |
-    apiVersion: haltsql.dev/v1
-    kind: Policy
-    metadata:
-      name: {POLICY_NAME}
-    dialect: postgres
-    search_path: [app]
-    statements:
-      allow: [select]
-    require_limit:
-      max: 100
-    tables:
-      app.orders:
-        {key}: {columns}
+{document}"#
+    )
+}
+
+/// config/samples' bundle policy with its source pointed at the local S3
+/// peer (static credentials from `BUNDLE_SECRET`), the test's signing key,
+/// and the shortest poll interval. Returns the object's name, the sample's
+/// name prefix and the manifest.
+fn bundle_policy_manifest(s3: &bundle::S3Peer, public_pem: &str) -> (String, String, String) {
+    let path =
+        support::repo_root().join("config/samples/haltsql_v1alpha1_haltsqlpolicy_bundle.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut sample: serde_yaml::Value = serde_yaml::from_str(&text).expect("the bundle sample");
+    let name = sample["metadata"]["name"]
+        .as_str()
+        .expect("sample name")
+        .to_owned();
+    let source = &mut sample["spec"]["bundleSource"];
+    let prefix = source["namePrefix"].as_str().unwrap_or_default().to_owned();
+    let mapping = source.as_mapping_mut().expect("bundleSource is a mapping");
+    mapping.remove("oci");
+    let s3_source = serde_yaml::from_str(&format!(
+        "{{bucket: {}, key: {}, region: us-east-1, endpoint: '{}', credentials: {{source: static, secretName: {BUNDLE_SECRET}}}}}",
+        bundle::BUCKET,
+        bundle::KEY,
+        s3.endpoint()
+    ))
+    .expect("s3 source");
+    mapping.insert("s3".into(), s3_source);
+    mapping.insert("publicKeys".into(), vec![public_pem.to_owned()].into());
+    mapping.insert("pollIntervalSeconds".into(), BUNDLE_POLL_SECONDS.into());
+    assert!(!prefix.is_empty(), "the bundle sample sets a namePrefix");
+    let manifest = serde_yaml::to_string(&sample).expect("bundle policy manifest");
+    (name, prefix, manifest)
+}
+
+/// A two-replica server that loads only the bundle policy `policy`; the
+/// test's token selects the bundle's `prefix` + quick-start policy.
+fn bundle_server_manifest(image: &str, policy: &str, prefix: &str) -> String {
+    format!(
+        r#"apiVersion: haltsql.dev/v1alpha1
+kind: HaltSQLServer
+metadata:
+  name: {BUNDLE_SERVER}
+spec:
+  replicas: {REPLICAS}
+  image: {image}
+  imagePullPolicy: IfNotPresent
+  policies:
+    - name: {policy}
+  auth:
+    tokens:
+      - name: {POLICY_NAME}
+        policy: {prefix}{POLICY_NAME}
+        sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {POLICY_NAME}.sha256 }}
 "#
     )
 }
@@ -1080,6 +1284,10 @@ async fn verify(ep: &Endpoint, token: Option<&str>, sql: &str) -> http::Response
 }
 
 async fn expect_allowed(ep: &Endpoint, token: &str, sql: &str) {
+    expect_allowed_by(ep, token, sql, POLICY_NAME).await;
+}
+
+async fn expect_allowed_by(ep: &Endpoint, token: &str, sql: &str, policy: &str) {
     let resp = verify(ep, Some(token), sql).await;
     assert_eq!(resp.status, 200, "pod {}: {sql}: {}", ep.pod, resp.body);
     let v = resp.json();
@@ -1088,7 +1296,7 @@ async fn expect_allowed(ep: &Endpoint, token: &str, sql: &str) {
         "pod {}: expected {sql:?} allowed: {v}",
         ep.pod
     );
-    assert_eq!(v["policy"], POLICY_NAME, "pod {}: {v}", ep.pod);
+    assert_eq!(v["policy"], policy, "pod {}: {v}", ep.pod);
 }
 
 async fn expect_denied(ep: &Endpoint, token: &str, sql: &str, code: &str) {
@@ -1185,9 +1393,13 @@ where
 }
 
 /// The config checksum of the server Deployment's pod template.
-async fn template_checksum(cluster: &Cluster, ns: &str) -> Result<String, String> {
+async fn template_checksum(
+    cluster: &Cluster,
+    ns: &str,
+    deployment: &str,
+) -> Result<String, String> {
     let deploy = Api::<Deployment>::namespaced(cluster.client.clone(), ns)
-        .get(SERVER)
+        .get(deployment)
         .await
         .map_err(|e| e.to_string())?;
     Ok(deploy
