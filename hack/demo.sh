@@ -9,7 +9,7 @@
 #
 #   hack/demo.sh               run the demo; the cluster keeps running
 #   DEMO_STOP=1 hack/demo.sh   ... and stop everything at the end
-#   hack/demo.sh stop          stop the local cluster
+#   hack/demo.sh stop          stop the local cluster and the demo's S3 server
 #
 # Needs root (the kubelet and containerd), like the node tier of `make test`.
 set -euo pipefail
