@@ -674,6 +674,61 @@ impl Run {
         assert_eq!(still, old_pods, "the old pods were replaced");
 
         step(
+            "old pods deleted one by one during the stalled rollout: each replacement starts with the last good configuration",
+        );
+        let newest = serve::current_replica_set(&self.cluster, &self.ns, SERVER)
+            .await
+            .map(|rs| rs.name_any())
+            .unwrap_or_default();
+        assert_ne!(newest, old_rs, "the stalled rollout has no new ReplicaSet");
+        let old_set = Api::<ReplicaSet>::namespaced(self.cluster.client.clone(), &self.ns)
+            .get(&old_rs)
+            .await
+            .unwrap_or_else(|e| panic!("replicaset {old_rs}: {e}"));
+        let mut serving = old_pods.clone();
+        for victim in &old_pods {
+            self.cluster
+                .kubectl_ok(&["-n", &self.ns, "delete", "pod", victim, "--wait=true"]);
+            let (cluster, ns, set) = (self.cluster.clone(), self.ns.clone(), old_set.clone());
+            let gone = victim.clone();
+            serving = wait_for(
+                &format!("a ready replacement of {victim} in {old_rs}"),
+                WAIT,
+                || {
+                    let (cluster, ns, set, gone) =
+                        (cluster.clone(), ns.clone(), set.clone(), gone.clone());
+                    async move {
+                        let pods = serve::ready_pods_of(&cluster, &ns, &set).await?;
+                        let names: Vec<String> = pods.iter().map(|p| p.name_any()).collect();
+                        let fresh = pods.iter().all(|p| serve::pod_checksum(p) == checksum);
+                        if names.len() == REPLICAS && !names.contains(&gone) && fresh {
+                            Ok(names)
+                        } else {
+                            let (_, all, _) =
+                                cluster.kubectl_try(&["-n", &ns, "get", "pods", "-o", "wide"]);
+                            Err(format!(
+                                "ready pods of the old ReplicaSet: {names:?}\n{all}"
+                            ))
+                        }
+                    }
+                },
+            )
+            .await;
+            let endpoints = self
+                .pods
+                .reach(&self.cluster, &self.ns, &serving)
+                .await
+                .unwrap_or_else(|e| panic!("the old ReplicaSet's pods do not serve: {e}"));
+            for ep in &endpoints {
+                expect_allowed(ep, &token, UPDATE_QUERY).await;
+            }
+        }
+        assert!(
+            serving.iter().all(|p| !old_pods.contains(p)),
+            "every old pod was replaced: {serving:?}"
+        );
+
+        step(
             "recovery: the server change is reverted; the old ReplicaSet serves and Ready returns",
         );
         self.cluster.apply(

@@ -164,6 +164,15 @@ pub async fn current_pods(
     deployment: &str,
 ) -> Result<Vec<Pod>, String> {
     let rs = current_replica_set(cluster, ns, deployment).await?;
+    ready_pods_of(cluster, ns, &rs).await
+}
+
+/// Ready pods of one ReplicaSet.
+pub async fn ready_pods_of(
+    cluster: &Cluster,
+    ns: &str,
+    rs: &ReplicaSet,
+) -> Result<Vec<Pod>, String> {
     let rs_uid = rs.metadata.uid.clone().unwrap_or_default();
     let pods = Api::<Pod>::namespaced(cluster.client.clone(), ns)
         .list(&ListParams::default())
