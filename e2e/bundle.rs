@@ -25,14 +25,17 @@ pub struct S3Peer {
 }
 
 impl S3Peer {
-    pub fn start(dir: &Path, secret_key: &str) -> Self {
-        let data = dir.join("s3");
-        std::fs::create_dir_all(data.join(BUCKET)).expect("s3 data folder");
+    /// Starts s3s-fs on a folder `dir/name` holding the (empty) `buckets`.
+    pub fn start(dir: &Path, name: &str, secret_key: &str, buckets: &[&str]) -> Self {
+        let data = dir.join(name);
+        for bucket in buckets {
+            std::fs::create_dir_all(data.join(bucket)).expect("s3 bucket folder");
+        }
         let port = TcpListener::bind((NODE_IP, 0))
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or_else(|e| panic!("no free port on {NODE_IP} (is the node up?): {e}"));
-        let log = dir.join("s3s-fs.log");
+        let log = dir.join(format!("{name}.log"));
         let mut peer = S3Peer {
             child: None,
             port,
@@ -89,6 +92,11 @@ impl S3Peer {
             std::fs::copy(&from, &tmp).unwrap_or_else(|e| panic!("{}: {e}", from.display()));
             std::fs::rename(&tmp, &to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
         }
+    }
+
+    /// The folder of `bucket`'s objects.
+    pub fn bucket_dir(&self, bucket: &str) -> PathBuf {
+        self.data.join(bucket)
     }
 
     pub fn stop(&mut self) {

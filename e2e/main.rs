@@ -18,6 +18,7 @@
 mod bundle;
 mod cluster;
 mod http;
+mod identity;
 mod operator;
 mod provider;
 mod serve;
@@ -56,6 +57,13 @@ pub const ROLLOUT_DEADLINE_SECONDS: u64 = 45;
 /// A token whose Secret key holds no SHA-256: the configuration that does not start.
 const BROKEN_TOKEN: &str = "broken-agent";
 const BROKEN_KEY: &str = "broken.sha256";
+/// The server of the identity step, its policy object, Secrets and audit bucket.
+const IDENT_SERVER: &str = "haltsql-ident";
+const IDENT_POLICY: &str = "orders-ident";
+const IDENT_TLS: &str = "ident-tls";
+const IDENT_JWKS: &str = "ident-oidc";
+const AUDIT_SECRET: &str = "audit-s3";
+const AUDIT_BUCKET: &str = "audit";
 /// The server of the bundle step and the Secret with its S3 credentials.
 const BUNDLE_SERVER: &str = "haltsql-bundle";
 const BUNDLE_SECRET: &str = "bundle-s3";
@@ -147,6 +155,7 @@ impl Run {
         self.apply_invalid_policy(&checksum).await;
         self.delete_server().await;
         self.bundle_served().await;
+        self.identities_and_audit_sink().await;
         self.final_health().await;
     }
 
@@ -1013,7 +1022,8 @@ impl Run {
         }
         step("8. a signed bundle (haltsql bundle build/sign) in S3: s3s-fs on the node's address");
         let signer = bundle::Signer::new(&self.dir);
-        let mut s3 = bundle::S3Peer::start(&self.dir, &random_token());
+        let mut s3 =
+            bundle::S3Peer::start(&self.dir, "s3-bundle", &random_token(), &[bundle::BUCKET]);
         s3.publish(&signer.bundle("v1", &policy_document(COLUMNS_V1, false)));
 
         step("8. config/samples' bundle policy, pointed at it, and a server that loads only it");
@@ -1132,6 +1142,183 @@ impl Run {
         }
     }
 
+    // ---- 9. identities and a remote audit sink ------------------------------
+
+    /// A server using mTLS identities, OIDC and an S3 audit sink becomes
+    /// Ready with real pods, and each of them works there.
+    async fn identities_and_audit_sink(&mut self) {
+        if self.provider.kind != provider::Kind::Node {
+            step(
+                "9. identities and audit sink: skipped (kind's pods cannot reach the test's S3 server)",
+            );
+            return;
+        }
+        step(
+            "9. TLS with optional client certificates, an mTLS identity, OIDC with its JWKS in a Secret, an S3 audit sink",
+        );
+        let pki = identity::Pki::new(&self.dir);
+        let signer = identity::JwtKey::new(&self.dir, "e2e-1");
+        let forger = identity::JwtKey::new(&self.dir, "e2e-1-forged");
+        let audit = bundle::S3Peer::start(&self.dir, "s3-audit", &random_token(), &[AUDIT_BUCKET]);
+        let jwks = self.dir.join("jwks.json");
+        std::fs::write(&jwks, signer.jwks()).expect("jwks file");
+        let ns = self.ns.clone();
+        for args in [
+            vec![
+                "create".to_owned(),
+                "secret".into(),
+                "generic".into(),
+                IDENT_TLS.into(),
+                "--type=kubernetes.io/tls".into(),
+                format!("--from-file=tls.crt={}", pki.path("server.crt")),
+                format!("--from-file=tls.key={}", pki.path("server.key")),
+                format!("--from-file=ca.crt={}", pki.path("ca.crt")),
+            ],
+            vec![
+                "create".to_owned(),
+                "secret".into(),
+                "generic".into(),
+                IDENT_JWKS.into(),
+                format!("--from-file=jwks.json={}", jwks.display()),
+            ],
+            vec![
+                "create".to_owned(),
+                "secret".into(),
+                "generic".into(),
+                AUDIT_SECRET.into(),
+                format!("--from-literal=access_key_id={}", bundle::ACCESS_KEY),
+                format!("--from-literal=secret_access_key={}", audit.secret_key),
+            ],
+        ] {
+            let mut full = vec!["-n", ns.as_str()];
+            full.extend(args.iter().map(String::as_str));
+            self.cluster.kubectl_ok(&full);
+        }
+        self.cluster.apply(
+            Some(&self.ns),
+            &named_policy_manifest(IDENT_POLICY, COLUMNS_V1, false),
+        );
+        self.cluster.apply(
+            Some(&self.ns),
+            &ident_server_manifest(&self.provider.haltsql_image, &audit.endpoint()),
+        );
+        for (object, condition) in [
+            (format!("haltsqlpolicy/{IDENT_POLICY}"), "Valid"),
+            (format!("haltsqlserver/{IDENT_SERVER}"), "Ready"),
+            (format!("haltsqlpolicy/{IDENT_POLICY}"), "Synced"),
+        ] {
+            self.cluster
+                .wait_condition(&self.ns, &object, condition, WAIT);
+        }
+        let forward = provider::PortForward::start(
+            &self.cluster,
+            &self.ns,
+            &format!("svc/{IDENT_SERVER}"),
+            8080,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let port = forward.addr.port();
+        let allowed_sql = "SELECT id, status FROM orders LIMIT 10";
+        let expect = |what: &str, answer: identity::Answer, status: u16, allowed: Option<bool>| {
+            assert_eq!(answer.status, status, "{what}: {}", answer.body);
+            if let Some(allowed) = allowed {
+                let v: serde_json::Value = serde_json::from_str(&answer.body)
+                    .unwrap_or_else(|e| panic!("{what}: {e}: {}", answer.body));
+                assert_eq!(v["allowed"], allowed, "{what}: {v}");
+                assert_eq!(v["policy"], POLICY_NAME, "{what}: {v}");
+            }
+        };
+
+        step("9. a client certificate of the server's CA selects its identity's policy");
+        expect(
+            "mTLS client",
+            identity::verify(&pki, port, Some("client"), None, allowed_sql),
+            200,
+            Some(true),
+        );
+        expect(
+            "mTLS client, column not allowed",
+            identity::verify(
+                &pki,
+                port,
+                Some("client"),
+                None,
+                "SELECT email FROM orders LIMIT 1",
+            ),
+            200,
+            Some(false),
+        );
+        step("9. a client certificate of another CA is refused at the handshake");
+        expect(
+            "foreign client certificate",
+            identity::verify(&pki, port, Some("foreign"), None, allowed_sql),
+            0,
+            None,
+        );
+
+        step(
+            "9. OIDC: a token signed by the JWKS's key is accepted; another key, another audience, none: 401",
+        );
+        expect(
+            "OIDC token",
+            identity::verify(
+                &pki,
+                port,
+                None,
+                Some(&signer.token(identity::AUDIENCE)),
+                allowed_sql,
+            ),
+            200,
+            Some(true),
+        );
+        for (what, token) in [
+            (
+                "a token signed by another key",
+                Some(forger.token(identity::AUDIENCE)),
+            ),
+            (
+                "a token for another audience",
+                Some(signer.token("someone-else")),
+            ),
+            ("no token and no certificate", None),
+        ] {
+            expect(
+                what,
+                identity::verify(&pki, port, None, token.as_deref(), allowed_sql),
+                401,
+                None,
+            );
+        }
+
+        step("9. the audit events reach the S3 server");
+        let bucket = audit.bucket_dir(AUDIT_BUCKET);
+        wait_for(
+            "audit objects in the S3 bucket",
+            Duration::from_secs(90),
+            || {
+                let bucket = bucket.clone();
+                async move {
+                    let objects = identity::files_under(&bucket);
+                    let events: usize = objects
+                        .iter()
+                        .map(|(_, text)| text.lines().filter(|l| l.contains(POLICY_NAME)).count())
+                        .sum();
+                    // Three allowed or denied decisions were made above.
+                    if events >= 3 {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "{} objects, {events} events naming {POLICY_NAME}",
+                            objects.len()
+                        ))
+                    }
+                }
+            },
+        )
+        .await;
+        drop(forward);
+    }
+
     async fn final_health(&mut self) {
         step("misbehaviour: the operator still runs, never restarted, never panicked");
         self.op().assert_healthy();
@@ -1223,8 +1410,12 @@ tables:
     )
 }
 
-/// The HaltSQLPolicy holding the quick-start policy inline.
+/// The HaltSQLPolicy `orders` holding the quick-start policy inline.
 fn policy_manifest(columns: &str, broken: bool) -> String {
+    named_policy_manifest(POLICY, columns, broken)
+}
+
+fn named_policy_manifest(object: &str, columns: &str, broken: bool) -> String {
     let document: String = policy_document(columns, broken)
         .lines()
         .map(|l| format!("    {l}\n"))
@@ -1233,7 +1424,7 @@ fn policy_manifest(columns: &str, broken: bool) -> String {
         r#"apiVersion: haltsql.dev/v1alpha1
 kind: HaltSQLPolicy
 metadata:
-  name: {POLICY}
+  name: {object}
 spec:
   policy: |
 {document}"#
@@ -1292,6 +1483,53 @@ spec:
         policy: {prefix}{POLICY_NAME}
         sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {POLICY_NAME}.sha256 }}
 "#
+    )
+}
+
+/// A one-replica server with TLS (client certificates optional), an mTLS
+/// identity, an OIDC issuer whose JWKS comes from a Secret, and an S3 audit
+/// sink at `endpoint`; no static tokens.
+fn ident_server_manifest(image: &str, endpoint: &str) -> String {
+    format!(
+        r#"apiVersion: haltsql.dev/v1alpha1
+kind: HaltSQLServer
+metadata:
+  name: {IDENT_SERVER}
+spec:
+  replicas: 1
+  image: {image}
+  imagePullPolicy: IfNotPresent
+  policies:
+    - name: {IDENT_POLICY}
+  tls:
+    secretName: {IDENT_TLS}
+    clientAuth: optional
+  auth:
+    oidc:
+      - issuer: {issuer}
+        audience: {audience}
+        policy: {POLICY_NAME}
+        jwks_file: {{ secretKeyRef: {{ name: {IDENT_JWKS}, key: jwks.json }} }}
+    mtls:
+      identities:
+        - dns_name: {client}
+          policy: {POLICY_NAME}
+  audit:
+    sinks:
+      - type: stdout
+      - type: s3
+        bucket: {AUDIT_BUCKET}
+        prefix: haltsql/
+        region: us-east-1
+        endpoint: {endpoint}
+        credentials:
+          source: static
+          access_key_id: {{ secretKeyRef: {{ name: {AUDIT_SECRET}, key: access_key_id }} }}
+          secret_access_key: {{ secretKeyRef: {{ name: {AUDIT_SECRET}, key: secret_access_key }} }}
+"#,
+        issuer = identity::ISSUER,
+        audience = identity::AUDIENCE,
+        client = identity::CLIENT_DNS,
     )
 }
 
