@@ -248,7 +248,7 @@ impl Run {
         // Every owned object exists, controlled by the server.
         let server = self.server().await;
         let uid = server.metadata.uid.clone().unwrap_or_default();
-        let config_map = format!("{SERVER}-haltsql-config");
+        let config_map = self.config_map_name().await;
         for (kind, owners) in [
             ("ConfigMap", self.owners::<ConfigMap>(&config_map).await),
             ("Deployment", self.owners::<Deployment>(SERVER).await),
@@ -483,7 +483,7 @@ impl Run {
         let c = self.cluster.client.clone();
         let ns = &self.ns;
         let mut out = BTreeMap::new();
-        let cm = format!("{SERVER}-haltsql-config");
+        let cm = self.config_map_name().await;
         out.insert(
             "HaltSQLPolicy".into(),
             rv_dyn(self.cluster.policies(ns).get(POLICY).await),
@@ -893,7 +893,7 @@ impl Run {
         let ns = &self.ns;
         let mut out = BTreeMap::new();
         let cm = Api::<ConfigMap>::namespaced(c.clone(), ns)
-            .get(&format!("{SERVER}-haltsql-config"))
+            .get(&self.config_map_name().await)
             .await
             .expect("configmap");
         out.insert(
@@ -959,13 +959,24 @@ impl Run {
             let (cluster, ns) = (cluster.clone(), ns.clone());
             async move {
                 let c = cluster.client.clone();
-                let cm = format!("{SERVER}-haltsql-config");
                 let mut left = Vec::new();
                 if exists::<Deployment>(&c, &ns, SERVER).await {
                     left.push("Deployment".to_owned());
                 }
-                if exists::<ConfigMap>(&c, &ns, &cm).await {
-                    left.push("ConfigMap".to_owned());
+                // Every per-configuration ConfigMap `<server>-haltsql-config-<hash>`.
+                let prefix = format!("{SERVER}-haltsql-config-");
+                match Api::<ConfigMap>::namespaced(c.clone(), &ns)
+                    .list_metadata(&Default::default())
+                    .await
+                {
+                    Ok(list) => left.extend(
+                        list.items
+                            .into_iter()
+                            .filter_map(|cm| cm.metadata.name)
+                            .filter(|n| n.starts_with(&prefix))
+                            .map(|n| format!("ConfigMap {n}")),
+                    ),
+                    Err(e) => left.push(format!("ConfigMaps (list failed: {e})")),
                 }
                 if exists::<Service>(&c, &ns, SERVER).await {
                     left.push("Service".to_owned());
@@ -1332,6 +1343,23 @@ impl Run {
             .get(SERVER)
             .await
             .expect("the HaltSQLServer")
+    }
+
+    /// The ConfigMap the server Deployment's pod template mounts (one
+    /// immutable ConfigMap per configuration, `<server>-haltsql-config-<hash>`).
+    async fn config_map_name(&self) -> String {
+        let deploy = Api::<Deployment>::namespaced(self.cluster.client.clone(), &self.ns)
+            .get(SERVER)
+            .await
+            .expect("the server Deployment");
+        deploy
+            .spec
+            .and_then(|s| s.template.spec)
+            .and_then(|s| s.volumes)
+            .unwrap_or_default()
+            .into_iter()
+            .find_map(|v| v.config_map.map(|c| c.name))
+            .expect("the pod template mounts a ConfigMap")
     }
 
     /// (uid, controller) of each owner of a namespaced object; None when missing.

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -61,6 +61,9 @@ pub struct OwnedStores {
     pub services: Store<PartialObjectMeta<Service>>,
     pub pod_disruption_budgets: Store<PartialObjectMeta<PodDisruptionBudget>>,
     pub network_policies: Store<PartialObjectMeta<NetworkPolicy>>,
+    /// The Deployments' ReplicaSets (they carry the pod template's labels):
+    /// which per-configuration ConfigMaps are still in use.
+    pub replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
 }
 
 /// Handed to every reconcile of both controllers (one per watched scope).

@@ -4,7 +4,8 @@
 //! The operator never reads Secrets or Pods and needs nothing cluster-scoped.
 //! It writes owned objects with server-side apply (PATCH) and patches status,
 //! so `patch` is granted where it applies, on top of the verbs in the guide's
-//! RBAC table.
+//! RBAC table. It also reads ReplicaSets (get, list, watch), to delete a
+//! per-configuration ConfigMap only once no ReplicaSet uses it.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -52,6 +53,13 @@ pub const MANAGER_RULES: &[Rule] = &[
         api_groups: &["apps"],
         resources: &["deployments"],
         verbs: OWNED,
+    },
+    // Read only: which ReplicaSets still use which per-configuration
+    // ConfigMap (the guide's table has no ReplicaSets; see docs/guide.md).
+    Rule {
+        api_groups: &["apps"],
+        resources: &["replicasets"],
+        verbs: READ,
     },
     Rule {
         api_groups: &["policy"],
@@ -320,6 +328,7 @@ mod tests {
         ] {
             assert_eq!(verbs(owned), OWNED, "{owned}");
         }
+        assert_eq!(verbs("replicasets"), READ);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use futures::channel::mpsc;
 use futures::future::{BoxFuture, FutureExt};
 use futures::{StreamExt, stream};
 use k8s_openapi::NamespaceResourceScope;
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -247,6 +247,9 @@ async fn run_scope(
     let services = Shared::<PartialObjectMeta<Service>>::new();
     let pdbs = Shared::<PartialObjectMeta<PodDisruptionBudget>>::new();
     let network_policies = Shared::<PartialObjectMeta<NetworkPolicy>>::new();
+    // No subscriber: only a deleted ReplicaSet matters (it may free a
+    // ConfigMap), and that comes through the delete hook below.
+    let replica_sets = Shared::<PartialObjectMeta<ReplicaSet>>::new();
 
     // Every subscriber exists before any root stream is polled.
     let policies_for_policy_controller = policies.subscribe()?;
@@ -276,6 +279,7 @@ async fn run_scope(
             services: services.reader.clone(),
             pod_disruption_budgets: pdbs.reader.clone(),
             network_policies: network_policies.reader.clone(),
+            replica_sets: replica_sets.reader.clone(),
         },
         settings.clone(),
         metrics.clone(),
@@ -313,7 +317,26 @@ async fn run_scope(
         let service_deleted = owned_deleted(requeue_server.clone());
         let pdb_deleted = owned_deleted(requeue_server.clone());
         let network_policy_deleted = owned_deleted(requeue_server.clone());
+        // A ReplicaSet is controlled by the Deployment, which has the server's name.
+        let replica_set_deleted = {
+            let to_servers = requeue_server.clone();
+            move |rs: &PartialObjectMeta<ReplicaSet>| {
+                let deployment = rs.metadata.owner_references.iter().flatten().find(|o| {
+                    o.controller == Some(true)
+                        && o.kind == "Deployment"
+                        && o.api_version == "apps/v1"
+                });
+                if let (Some(owner), Some(ns)) = (deployment, rs.metadata.namespace.as_deref()) {
+                    let _ = to_servers.unbounded_send(ObjectRef::new(&owner.name).within(ns));
+                }
+            }
+        };
         vec![
+            drive(
+                watch_meta(&client, ns, owned_selector.clone(), replica_sets.writer),
+                "replicasets",
+                replica_set_deleted,
+            ),
             drive(
                 watch_full(&client, ns, watcher::Config::default(), policies.writer),
                 "haltsqlpolicies",
@@ -494,6 +517,7 @@ impl Context {
             self.owned.services.wait_until_ready(),
             self.owned.pod_disruption_budgets.wait_until_ready(),
             self.owned.network_policies.wait_until_ready(),
+            self.owned.replica_sets.wait_until_ready(),
         );
         results.0.is_ok()
             && results.1.is_ok()
@@ -502,5 +526,6 @@ impl Context {
             && results.4.is_ok()
             && results.5.is_ok()
             && results.6.is_ok()
+            && results.7.is_ok()
     }
 }

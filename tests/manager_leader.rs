@@ -62,7 +62,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_without_double_writ
         Duration::from_secs(90),
         || async {
             servers.get("haltsql").await.ok()?.status?.config_checksum?;
-            config_maps.get_opt("haltsql-haltsql-config").await.ok()??;
+            support::current_config_map(&servers, &config_maps, "haltsql").await?;
             Some(())
         },
     )
@@ -92,8 +92,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_without_double_writ
         assert_eq!(applies(&leader_metrics, kind), 1.0, "{kind}");
     }
 
-    let config_map_version = config_maps
-        .get("haltsql-haltsql-config")
+    let config_map_version = support::current_config_map(&servers, &config_maps, "haltsql")
         .await
         .unwrap()
         .resource_version();
@@ -141,8 +140,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_without_double_writ
         assert_eq!(applies(&m, kind), 0.0, "{kind} was written again:\n{}", m.0);
     }
     assert_eq!(
-        config_maps
-            .get("haltsql-haltsql-config")
+        support::current_config_map(&servers, &config_maps, "haltsql")
             .await
             .unwrap()
             .resource_version(),
@@ -181,7 +179,7 @@ async fn only_the_leader_reconciles_and_a_standby_takes_over_without_double_writ
         "the new policy in the ConfigMap",
         Duration::from_secs(60),
         || async {
-            let cm = config_maps.get("haltsql-haltsql-config").await.ok()?;
+            let cm = support::current_config_map(&servers, &config_maps, "haltsql").await?;
             cm.data?
                 .values()
                 .any(|v| v.contains("created_at"))

@@ -53,7 +53,8 @@ async fn metrics_serve_the_documented_series_with_real_values_after_a_reconcile(
         "the quick start reconciled",
         Duration::from_secs(90),
         || async {
-            config_maps.get_opt("haltsql-haltsql-config").await.ok()??;
+            let servers: Api<HaltSQLServer> = Api::namespaced(client.clone(), &ns.name);
+            support::current_config_map(&servers, &config_maps, "haltsql").await?;
             (operator.metrics().value(
                 "haltsql_operator_objects",
                 &[

@@ -27,7 +27,7 @@ async fn wait_reconciled(client: &Client, namespace: &str) {
             let policy = policies.get("orders").await.ok()?;
             policy.status?.policy_name?;
             servers.get("haltsql").await.ok()?.status?.config_checksum?;
-            config_maps.get_opt("haltsql-haltsql-config").await.ok()??;
+            support::current_config_map(&servers, &config_maps, "haltsql").await?;
             Some(())
         },
     )
@@ -42,11 +42,9 @@ async fn assert_untouched(client: &Client, namespace: &str) {
     assert_eq!(policies.get("orders").await.unwrap().status, None);
     assert_eq!(servers.get("haltsql").await.unwrap().status, None);
     assert!(
-        config_maps
-            .get_opt("haltsql-haltsql-config")
+        support::config_map_names(&config_maps, "haltsql")
             .await
-            .unwrap()
-            .is_none()
+            .is_empty()
     );
 }
 

@@ -109,11 +109,21 @@ async fn render_output_for_the_quick_start_applies_with_server_dry_run() {
     );
     assert_eq!(stdout.matches("(server dry run)").count(), 5, "{stdout}");
     // A dry run: nothing was created.
+    let config_map = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("name: haltsql-haltsql-config-"))
+        .map(|hash| format!("haltsql-haltsql-config-{hash}"))
+        .expect("the rendered ConfigMap's name");
     let get = support::kubectl()
-        .args(["-n", &ns.name, "get", "configmap", "haltsql-haltsql-config"])
+        .args(["-n", &ns.name, "get", "configmap", &config_map])
         .output()
         .unwrap();
     assert!(!get.status.success());
+    assert!(
+        String::from_utf8_lossy(&get.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&get.stderr)
+    );
 }
 
 #[test]

@@ -623,6 +623,7 @@ fn direct_context(
             services: store().0,
             pod_disruption_budgets: store().0,
             network_policies: store().0,
+            replica_sets: store().0,
         },
         settings,
         metrics,

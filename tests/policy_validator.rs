@@ -347,6 +347,60 @@ async fn hanging_validator_times_out_and_cleans_up() {
     f.assert_clean();
 }
 
+/// Processes whose command line is exactly `sleep <arg>`.
+fn sleeping(arg: &str) -> Vec<String> {
+    std::fs::read_dir("/proc")
+        .expect("read /proc")
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline")).is_ok_and(|c| {
+                let args: Vec<&[u8]> = c.split(|b| *b == 0).filter(|a| !a.is_empty()).collect();
+                args.len() == 2 && args[0].ends_with(b"sleep") && args[1] == arg.as_bytes()
+            })
+        })
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn processes_the_validator_starts_go_with_it() {
+    let f = Fixture::new();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    // A child that hangs holding the output (not exec'd), and one left
+    // running in the background by a validator that exits at once.
+    let hanging = format!("3597.{nanos:09}");
+    let background = format!("3596.{nanos:09}");
+    let v = f.validator(
+        f.script("hang-child", &format!("sleep {hanging}")),
+        Duration::from_millis(500),
+    );
+    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    assert_eq!(message, "haltsql validate did not finish within 0.5s");
+    let v = f.validator(
+        f.script(
+            "daemon",
+            &format!("sleep {background} >/dev/null 2>&1 </dev/null &\nexit 2"),
+        ),
+        Duration::from_secs(5),
+    );
+    error_message(v.validate(&inline(VALID_POLICY)).await);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        sleeping(&hanging),
+        Vec::<String>::new(),
+        "hanging child left"
+    );
+    assert_eq!(
+        sleeping(&background),
+        Vec::<String>::new(),
+        "background child left"
+    );
+    f.assert_clean();
+}
+
 #[tokio::test]
 async fn exit_2_signal_and_garbage_are_errors() {
     let f = Fixture::new();

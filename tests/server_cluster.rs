@@ -272,11 +272,9 @@ async fn deleting_the_server_garbage_collects_everything() {
                 .ok()?
                 .items
                 .is_empty()
-            && config_maps
-                .get_opt("hs-haltsql-config")
+            && support::config_map_names(&config_maps, "hs")
                 .await
-                .ok()?
-                .is_none()
+                .is_empty()
             && services.get_opt("hs").await.ok()?.is_none()
             && pdbs.get_opt("hs").await.ok()?.is_none()
             && network_policies.get_opt("hs").await.ok()?.is_none();
@@ -285,4 +283,200 @@ async fn deleting_the_server_garbage_collects_everything() {
     .await;
     // The policy is not owned by the server and stays, now NotReferenced.
     wait_condition(&policies, "orders", "Synced", "False", "NotReferenced").await;
+}
+
+/// The config hash a pod (or ReplicaSet) carries, and the ConfigMap it mounts.
+fn pod_config(pod: &Pod) -> (Option<String>, Vec<String>) {
+    let hash = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get("haltsql.dev/config-hash"))
+        .cloned();
+    let mounted = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.volumes.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|v| v.config_map.map(|c| c.name))
+        .collect();
+    (hash, mounted)
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// Issue 20, item 7: an old pod that restarts during a stalled rollout mounts
+/// the last good configuration, because every configuration has its own
+/// immutable ConfigMap, kept while a ReplicaSet uses it.
+#[tokio::test]
+async fn old_pods_restarted_during_a_stalled_rollout_keep_their_configuration() {
+    let (client, ns, _operator) = setup("cl-immutable", Duration::from_secs(180)).await;
+    let policies: Api<HaltSQLPolicy> = Api::namespaced(client.clone(), &ns.name);
+    let servers: Api<HaltSQLServer> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let replicasets: Api<ReplicaSet> = Api::namespaced(client.clone(), &ns.name);
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    create_ready_quick_start(&policies, &servers, &["id"]).await;
+
+    // A ConfigMap that looks like one of ours but is not controlled by the
+    // server: never collected.
+    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "hs-haltsql-config-00000000deadbeef", "labels": {
+            "app.kubernetes.io/managed-by": "haltsql-operator",
+            "app.kubernetes.io/instance": "hs",
+            "haltsql.dev/config-hash": "00000000deadbeef"}},
+        "data": {"config.yaml": "someone else's"}
+    }))
+    .unwrap();
+    config_maps
+        .create(&PostParams::default(), &foreign)
+        .await
+        .unwrap();
+    let foreign_version = config_maps
+        .get("hs-haltsql-config-00000000deadbeef")
+        .await
+        .unwrap()
+        .metadata
+        .resource_version;
+
+    let good = support::current_config_map(&servers, &config_maps, "hs")
+        .await
+        .unwrap();
+    let good_name = good.metadata.name.clone().unwrap();
+    let good_hash = good_name
+        .strip_prefix("hs-haltsql-config-")
+        .unwrap()
+        .to_owned();
+
+    // A new configuration whose pods never become ready (they cannot be
+    // scheduled): the rollout stalls with the old pods serving.
+    servers
+        .patch(
+            "hs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {
+                "config": {"logLevel": "debug"},
+                "nodeSelector": {"haltsql.dev/no-such-node": "x"}}})),
+        )
+        .await
+        .unwrap();
+    let stalled = eventually("a new configuration rolling out", WAIT, || async {
+        let cm = support::current_config_map(&servers, &config_maps, "hs").await?;
+        let name = cm.metadata.name.clone()?;
+        (name != good_name).then_some(cm)
+    })
+    .await;
+    let stalled_name = stalled.metadata.name.clone().unwrap();
+    assert!(
+        stalled.data.as_ref().unwrap()["config.yaml"].contains("debug"),
+        "the new configuration is in the new ConfigMap"
+    );
+    eventually("a pending pod of the new configuration", WAIT, || async {
+        let list = pods.list(&ListParams::default()).await.ok()?;
+        list.items
+            .iter()
+            .any(|p| pod_config(p).1 == [stalled_name.clone()])
+            .then_some(())
+    })
+    .await;
+
+    // Delete the old pods one by one: each replacement comes from the old
+    // ReplicaSet, mounts the last good ConfigMap, which is still there and
+    // unchanged, and becomes ready.
+    for round in 0..2 {
+        let list = pods.list(&ListParams::default()).await.unwrap();
+        let old = list
+            .items
+            .iter()
+            .find(|p| is_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
+            .unwrap_or_else(|| panic!("round {round}: no ready old pod"))
+            .clone();
+        let old_name = old.metadata.name.clone().unwrap();
+        support::delete_ignoring_missing(&pods, &old_name).await;
+        let replacement = eventually("a ready replacement of the old pod", WAIT, || async {
+            let list = pods.list(&ListParams::default()).await.ok()?;
+            let ready_old: Vec<Pod> = list
+                .items
+                .into_iter()
+                .filter(|p| is_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
+                .collect();
+            (ready_old.len() == 2
+                && ready_old
+                    .iter()
+                    .all(|p| p.metadata.name.as_deref() != Some(&old_name)))
+            .then(|| ready_old.into_iter().next())
+            .flatten()
+        })
+        .await;
+        assert_eq!(pod_config(&replacement).1, std::slice::from_ref(&good_name));
+        let kept = config_maps.get(&good_name).await.unwrap();
+        assert_eq!(kept.data, good.data, "round {round}: the old configuration");
+        assert_eq!(
+            kept.metadata.resource_version, good.metadata.resource_version,
+            "round {round}: untouched"
+        );
+    }
+    assert_eq!(ready_pods(&pods).await, 2);
+
+    // The rollout can finish; the old ReplicaSet stays (revision history),
+    // so its ConfigMap stays too.
+    servers
+        .patch(
+            "hs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"nodeSelector": null}})),
+        )
+        .await
+        .unwrap();
+    wait_condition(&servers, "hs", "Progressing", "True", "RolloutComplete").await;
+    wait_condition(&servers, "hs", "Ready", "True", "Ready").await;
+    assert!(config_maps.get_opt(&good_name).await.unwrap().is_some());
+
+    // The old ReplicaSet goes (as the Deployment controller removes those
+    // beyond revisionHistoryLimit): its ConfigMap follows; the current one
+    // and the foreign one stay.
+    let old_sets: Vec<String> = replicasets
+        .list(&ListParams::default().labels(&format!("haltsql.dev/config-hash={good_hash}")))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|rs| rs.metadata.name)
+        .collect();
+    assert_eq!(old_sets.len(), 1, "{old_sets:?}");
+    support::delete_ignoring_missing(&replicasets, &old_sets[0]).await;
+    eventually("the unused ConfigMap collected", WAIT, || async {
+        config_maps
+            .get_opt(&good_name)
+            .await
+            .ok()?
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let current = support::current_config_map(&servers, &config_maps, "hs")
+        .await
+        .unwrap();
+    assert_eq!(
+        current.metadata.name.as_deref(),
+        Some(stalled_name.as_str())
+    );
+    assert_eq!(
+        config_maps
+            .get("hs-haltsql-config-00000000deadbeef")
+            .await
+            .unwrap()
+            .metadata
+            .resource_version,
+        foreign_version,
+        "the foreign ConfigMap is untouched"
+    );
 }

@@ -77,6 +77,13 @@ impl Fixture {
             .unwrap();
     }
 
+    /// The current per-configuration ConfigMap of `hs`.
+    async fn config_map(&self) -> ConfigMap {
+        support::current_config_map(&self.servers, &self.config_maps, "hs")
+            .await
+            .expect("the server's current ConfigMap")
+    }
+
     async fn server_condition(&self, type_: &str) -> Option<(String, String)> {
         let server = self.servers.get("hs").await.ok()?;
         condition(&server.status?.conditions, type_)
@@ -180,7 +187,7 @@ async fn quick_start_renders_owned_objects_and_becomes_ready() {
         .await;
 
     let server = f.servers.get("hs").await.unwrap();
-    let config_map = f.config_maps.get("hs-haltsql-config").await.unwrap();
+    let config_map = f.config_map().await;
     let deployment = f.deployments.get("hs").await.unwrap();
     let service = f.services.get("hs").await.unwrap();
     let pdb = f.pdbs.get("hs").await.unwrap();
@@ -211,6 +218,40 @@ async fn quick_start_renders_owned_objects_and_becomes_ready() {
             "{kind}"
         );
     }
+    // One immutable ConfigMap per configuration, named and labelled by its
+    // hash, which the pod template mounts and carries.
+    assert_eq!(config_map.immutable, Some(true));
+    let cm_name = config_map.metadata.name.clone().unwrap();
+    let hash = cm_name.strip_prefix("hs-haltsql-config-").unwrap();
+    assert_eq!(hash.len(), 16, "{cm_name}");
+    assert_eq!(
+        config_map
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("haltsql.dev/config-hash"))
+            .map(String::as_str),
+        Some(hash)
+    );
+    let template = deployment.spec.as_ref().unwrap().template.clone();
+    assert_eq!(
+        template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.as_ref())
+            .and_then(|l| l.get("haltsql.dev/config-hash"))
+            .map(String::as_str),
+        Some(hash)
+    );
+    let mounted: Vec<String> = template
+        .spec
+        .unwrap()
+        .volumes
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| v.config_map.map(|c| c.name))
+        .collect();
+    assert_eq!(mounted, std::slice::from_ref(&cm_name));
     let data = config_map.data.unwrap();
     assert!(data.contains_key("config.yaml"));
     assert!(data.contains_key("policy-orders.yaml"));
@@ -265,11 +306,7 @@ async fn an_idle_server_gets_no_writes() {
         vec![
             f.servers.get("hs").await.unwrap().resource_version(),
             f.policies.get("orders").await.unwrap().resource_version(),
-            f.config_maps
-                .get("hs-haltsql-config")
-                .await
-                .unwrap()
-                .resource_version(),
+            f.config_map().await.resource_version(),
             f.deployments.get("hs").await.unwrap().resource_version(),
             f.services.get("hs").await.unwrap().resource_version(),
             f.pdbs.get("hs").await.unwrap().resource_version(),
@@ -294,7 +331,8 @@ async fn an_idle_server_gets_no_writes() {
 async fn an_invalid_policy_edit_keeps_the_last_good_configuration() {
     let f = fixture("srv-invalid").await;
     f.ready_quick_start().await;
-    let config_map = f.config_maps.get("hs-haltsql-config").await.unwrap();
+    let config_map = f.config_map().await;
+    let config_maps = support::config_map_names(&f.config_maps, "hs").await;
     let deployment = f.deployments.get("hs").await.unwrap();
 
     let broken = "apiVersion: haltsql.dev/v1\nkind: Policy\nmetadata:\n  name: orders-agent\ntables:\n  app.orders:\n    colums: [id]\n";
@@ -331,12 +369,13 @@ async fn an_invalid_policy_edit_keeps_the_last_good_configuration() {
     );
 
     assert_eq!(
-        f.config_maps
-            .get("hs-haltsql-config")
-            .await
-            .unwrap()
-            .resource_version(),
+        f.config_map().await.resource_version(),
         config_map.resource_version()
+    );
+    assert_eq!(
+        support::config_map_names(&f.config_maps, "hs").await,
+        config_maps,
+        "no new ConfigMap"
     );
     assert_eq!(
         f.deployments.get("hs").await.unwrap().resource_version(),
@@ -406,19 +445,42 @@ async fn a_policy_edit_rolls_a_new_checksum_and_synced_follows() {
     );
 }
 
+/// The name of the ConfigMap the operator will render for the quick start
+/// in `namespace` (the same pure rendering the operator runs).
+fn quick_start_config_map_name(namespace: &str) -> String {
+    let document = support::quick_start_policy_document(&["id", "status", "total_cents"]);
+    let policy = support::policy_object("orders", &document);
+    let mut server = support::quick_start_server("hs", "orders");
+    server.metadata.namespace = Some(namespace.to_owned());
+    let input = haltsql_operator::render::PolicyInput {
+        object_name: "orders",
+        policy_name: "orders-agent",
+        content_hash: "",
+        spec: &policy.spec,
+    };
+    let rendered = haltsql_operator::render::render(&server, &[input]).unwrap();
+    rendered.config_map.metadata.name.unwrap()
+}
+
 #[tokio::test]
 async fn name_conflict_leaves_the_foreign_object_untouched() {
     let f = fixture("srv-conflict").await;
-    let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "hs-haltsql-config", "labels": {"team": "someone-else"}},
-        "data": {"config.yaml": "not ours"}
-    }))
-    .unwrap();
-    f.config_maps
-        .create(&PostParams::default(), &foreign)
-        .await
+    let taken = quick_start_config_map_name(&f._ns.name);
+    // Also a foreign ConfigMap with the name older operator versions used:
+    // no longer ours, so neither a conflict nor something to collect.
+    for name in [taken.as_str(), "hs-haltsql-config"] {
+        let foreign: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {"team": "someone-else"}},
+            "data": {"config.yaml": "not ours"}
+        }))
         .unwrap();
-    let before = f.config_maps.get("hs-haltsql-config").await.unwrap();
+        f.config_maps
+            .create(&PostParams::default(), &foreign)
+            .await
+            .unwrap();
+    }
+    let before = f.config_maps.get(&taken).await.unwrap();
+    let legacy_before = f.config_maps.get("hs-haltsql-config").await.unwrap();
     f.create_quick_start().await;
     f.wait_server_condition("ConfigRendered", "False", "NameConflict")
         .await;
@@ -429,10 +491,10 @@ async fn name_conflict_leaves_the_foreign_object_untouched() {
         event
             .note
             .as_deref()
-            .is_some_and(|n| n.contains("ConfigMap hs-haltsql-config")),
+            .is_some_and(|n| n.contains(&format!("ConfigMap {taken}"))),
         "{event:?}"
     );
-    let after = f.config_maps.get("hs-haltsql-config").await.unwrap();
+    let after = f.config_maps.get(&taken).await.unwrap();
     assert_eq!(after.resource_version(), before.resource_version());
     assert_eq!(after.data, before.data);
     assert_eq!(after.metadata.labels, before.metadata.labels);
@@ -450,7 +512,29 @@ async fn name_conflict_leaves_the_foreign_object_untouched() {
         .find(|c| c.type_ == "ConfigRendered")
         .unwrap()
         .message;
-    assert!(message.contains("ConfigMap hs-haltsql-config"), "{message}");
+    assert!(message.contains(&format!("ConfigMap {taken}")), "{message}");
+
+    // Once the name is free, the server renders; the legacy-named foreign
+    // ConfigMap is left as it was throughout.
+    // (The operator does not watch foreign objects: touch the server.)
+    support::delete_ignoring_missing(&f.config_maps, &taken).await;
+    f.servers
+        .patch(
+            "hs",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"annotations": {"touched": "1"}}})),
+        )
+        .await
+        .unwrap();
+    f.wait_server_condition("ConfigRendered", "True", "Rendered")
+        .await;
+    f.complete_rollout().await;
+    f.wait_server_condition("Ready", "True", "Ready").await;
+    let legacy_after = f.config_maps.get("hs-haltsql-config").await.unwrap();
+    assert_eq!(
+        legacy_after.resource_version(),
+        legacy_before.resource_version()
+    );
 }
 
 #[tokio::test]
@@ -493,11 +577,9 @@ async fn missing_policy_and_invalid_config_fail_closed() {
     f.wait_server_condition("Available", "False", "DeploymentMissing")
         .await;
     assert!(
-        f.config_maps
-            .get_opt("hs-haltsql-config")
+        support::config_map_names(&f.config_maps, "hs")
             .await
-            .unwrap()
-            .is_none()
+            .is_empty()
     );
 
     // The policy appears, but the token names a policy it does not define.

@@ -187,7 +187,9 @@ impl Validator {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // Dropping the future (timeout, shutdown) must not leave a child behind.
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            // Its own process group, so that whatever it starts goes with it.
+            .process_group(0);
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
@@ -196,6 +198,14 @@ impl Validator {
                 };
             }
         };
+        // Whatever the outcome, nothing of the run outlives it: a process the
+        // validator started (and left holding its output, or running in the
+        // background) is killed with the group when this guard drops.
+        let group = ProcessGroup(
+            child
+                .id()
+                .and_then(|id| rustix::process::Pid::from_raw(id.try_into().ok()?)),
+        );
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let finished = tokio::time::timeout(self.timeout, async {
@@ -209,6 +219,7 @@ impl Validator {
         let (stdout, stderr, status) = match finished {
             Ok(done) => done,
             Err(_) => {
+                group.kill();
                 if let Err(e) = child.start_kill() {
                     debug!(error = %e, "killing the timed-out validator");
                 }
@@ -248,6 +259,24 @@ impl Validator {
             }
         };
         judge(status, &stdout, &stderr)
+    }
+}
+
+/// The process group of one validator run (its leader's pid), killed on drop.
+struct ProcessGroup(Option<rustix::process::Pid>);
+
+impl ProcessGroup {
+    fn kill(&self) {
+        if let Some(pid) = self.0 {
+            // ESRCH: nothing left in the group, which is the usual case.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 

@@ -11,6 +11,12 @@
 //!   the server creates.
 //! - `allowUnauthenticated` without `defaultPolicy` is an error, as in
 //!   haltsql (unauthenticated requests would have no policy).
+//! - The configuration lives in an immutable ConfigMap per rendered
+//!   configuration, `<server>-haltsql-config-<first 16 hex digits of the
+//!   checksum>`, so a pod of an older ReplicaSet that restarts during a
+//!   stalled rollout still mounts the configuration it was made for. The
+//!   ConfigMap and the pod template carry [`CONFIG_HASH_LABEL`], which is how
+//!   the reconciler tells which ReplicaSets still use which ConfigMap.
 //! - Every owned object carries the three common labels, a controller owner
 //!   reference (when the server has a uid, i.e. always when it was read from
 //!   the API server; offline renders without a uid get none) and the
@@ -58,6 +64,11 @@ pub const INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const SPEC_HASH_ANNOTATION: &str = "haltsql.dev/spec-hash";
 /// The config checksum on the pod template; a change rolls the pods.
 pub const CONFIG_CHECKSUM_ANNOTATION: &str = "haltsql.dev/config-checksum";
+/// The short config hash on a per-configuration ConfigMap and on the pod
+/// template (so also on its ReplicaSets and pods).
+pub const CONFIG_HASH_LABEL: &str = "haltsql.dev/config-hash";
+/// Hex digits of the checksum in [`CONFIG_HASH_LABEL`] and the ConfigMap name.
+pub const CONFIG_HASH_LEN: usize = 16;
 /// The rendered config's key in the ConfigMap.
 pub const CONFIG_KEY: &str = "config.yaml";
 /// Largest ConfigMap data (keys and values) the operator renders: 900 KiB,
@@ -85,7 +96,7 @@ pub struct PolicyInput<'a> {
 pub struct Rendered {
     /// The config checksum (`status.configChecksum`, pod-template annotation).
     pub checksum: String,
-    /// `<server>-haltsql-config`.
+    /// `<server>-haltsql-config-<hash>`, immutable.
     pub config_map: ConfigMap,
     /// `<server>`.
     pub deployment: Deployment,
@@ -100,9 +111,28 @@ pub struct Rendered {
     pub mounted_secret_keys: Vec<(String, String)>,
 }
 
-/// Name of the server's ConfigMap.
-pub fn config_map_name(server_name: &str) -> String {
+/// The short form of a config checksum: its first [`CONFIG_HASH_LEN`] hex
+/// digits (the [`CONFIG_HASH_LABEL`] value).
+pub fn config_hash(checksum: &str) -> &str {
+    checksum.get(..CONFIG_HASH_LEN).unwrap_or(checksum)
+}
+
+/// The common prefix of a server's ConfigMap names, `<server>-haltsql-config`.
+/// Operator versions before per-configuration ConfigMaps used exactly this
+/// name for their one mutable ConfigMap.
+pub fn config_map_prefix(server_name: &str) -> String {
     format!("{server_name}-haltsql-config")
+}
+
+/// Name of the immutable ConfigMap of one rendered configuration:
+/// `<server>-haltsql-config-<short hash>` (at most 63 + 16 + 17 characters,
+/// well within the 253 of a ConfigMap name).
+pub fn config_map_name(server_name: &str, checksum: &str) -> String {
+    format!(
+        "{}-{}",
+        config_map_prefix(server_name),
+        config_hash(checksum)
+    )
 }
 
 /// The pod selector labels (name and instance): stable for the life of the
@@ -408,16 +438,6 @@ pub fn render(
         config::to_yaml(&header, &doc, CONFIG_KEY)?,
     );
 
-    let cm_name = config_map_name(name);
-    let size: usize = files.iter().map(|(k, v)| k.len() + v.len()).sum();
-    if size > MAX_CONFIG_MAP_BYTES {
-        return Err(RenderError::ConfigMapTooLarge {
-            name: cm_name,
-            size,
-            limit: MAX_CONFIG_MAP_BYTES,
-        });
-    }
-
     // Everything the pods mount, TLS included, feeds the checksum.
     let tls_keys = workload::tls_keys(spec);
     let mut all_keys: BTreeSet<(String, String)> = mounts.iter().cloned().collect();
@@ -430,9 +450,26 @@ pub fn render(
     let mounted_secret_keys: Vec<(String, String)> = all_keys.into_iter().collect();
     let checksum = checksum::config_checksum(&files, &mounted_secret_keys);
 
+    let cm_name = config_map_name(name, &checksum);
+    let size: usize = files.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if size > MAX_CONFIG_MAP_BYTES {
+        return Err(RenderError::ConfigMapTooLarge {
+            name: cm_name,
+            size,
+            limit: MAX_CONFIG_MAP_BYTES,
+        });
+    }
+    let mut cm_meta = srv.meta(cm_name.clone(), BTreeMap::new());
+    cm_meta.labels.get_or_insert_with(BTreeMap::new).insert(
+        CONFIG_HASH_LABEL.to_owned(),
+        config_hash(&checksum).to_owned(),
+    );
+    // Immutable: its name stands for its content, and the kubelet need not
+    // watch it.
     let config_map = stamp(ConfigMap {
-        metadata: srv.meta(cm_name.clone(), BTreeMap::new()),
+        metadata: cm_meta,
         data: Some(files),
+        immutable: Some(true),
         ..Default::default()
     });
     let deployment = stamp(workload::deployment(

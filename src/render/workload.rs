@@ -17,7 +17,10 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::config::{BUNDLE_CACHE_DIR, TLS_DIR};
 use super::secrets::{SECRETS_DIR, SecretMounts};
-use super::{CONFIG_CHECKSUM_ANNOTATION, CONFIG_KEY, ServerRef, common_labels, selector_labels};
+use super::{
+    CONFIG_CHECKSUM_ANNOTATION, CONFIG_HASH_LABEL, CONFIG_KEY, ServerRef, common_labels,
+    config_hash, selector_labels,
+};
 use crate::api::{ClientAuth, HaltSQLServerSpec};
 
 /// The container's name.
@@ -30,6 +33,8 @@ pub const HTTP_PORT: i32 = 8080;
 pub const HEALTH_PORT: i32 = 8081;
 /// uid and gid of the server (the distroless `nonroot` user).
 pub const RUN_AS: i64 = 65532;
+/// Old ReplicaSets the Deployment keeps (and with them their ConfigMaps).
+pub const REVISION_HISTORY_LIMIT: i32 = 3;
 /// Mode of mounted Secret files: readable by the owner and the pod's
 /// fsGroup only.
 const SECRET_FILE_MODE: i32 = 0o440;
@@ -226,6 +231,13 @@ pub(crate) fn deployment(
     // User labels first, so the operator's labels win.
     let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
     pod_labels.extend(common_labels(srv.name));
+    // Which ConfigMap this template mounts, readable from its ReplicaSets'
+    // labels (metadata only): old ConfigMaps are deleted once no ReplicaSet
+    // carries their hash.
+    pod_labels.insert(
+        CONFIG_HASH_LABEL.to_owned(),
+        config_hash(checksum).to_owned(),
+    );
     let mut pod_annotations = spec.pod_annotations.clone().unwrap_or_default();
     pod_annotations.insert(CONFIG_CHECKSUM_ANNOTATION.to_owned(), checksum.to_owned());
 
@@ -233,6 +245,9 @@ pub(crate) fn deployment(
         metadata: srv.meta(srv.name.to_owned(), BTreeMap::new()),
         spec: Some(DeploymentSpec {
             replicas: Some(spec.replicas_or_default()),
+            // Each old ReplicaSet keeps its ConfigMap alive; a few are enough
+            // for `kubectl rollout undo`.
+            revision_history_limit: Some(REVISION_HISTORY_LIMIT),
             selector: LabelSelector {
                 match_labels: Some(selector_labels(srv.name)),
                 ..Default::default()

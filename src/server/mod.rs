@@ -2,6 +2,7 @@
 //! server spec into owned objects, roll them out safely, report status.
 
 mod apply;
+mod collect;
 mod events;
 mod policies;
 mod reconcile;

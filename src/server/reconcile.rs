@@ -16,6 +16,7 @@ use kube::{Resource, ResourceExt};
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::apply::{self, Plan};
+use super::collect::{Collect, collect_config_maps};
 use super::events::transition_events;
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
@@ -267,6 +268,29 @@ async fn render_and_apply(
             apply::delete_if_controlled(&network_policies, &name, live, uid, &ctx.metrics).await?
         }
         _ => {}
+    }
+
+    // Old configurations go once no ReplicaSet uses them. A failure here must
+    // not hold up the status: the next pass (a ReplicaSet deleted, the
+    // Deployment observed, the resync) tries again.
+    let collect = Collect {
+        config_maps: &owned.config_maps,
+        replica_sets: &owned.replica_sets,
+        config_map_api: &config_maps,
+        deployment_api: &deployments,
+        replica_set_api: &Api::namespaced(ctx.client.clone(), namespace),
+        metrics: &ctx.metrics,
+    };
+    if let Err(error) = collect_config_maps(
+        &collect,
+        namespace,
+        &server.name_any(),
+        uid,
+        &config_map.name_any(),
+    )
+    .await
+    {
+        warn!(%error, "cannot collect unused ConfigMaps; retrying on the next pass");
     }
 
     let policies = policies

@@ -22,6 +22,9 @@ pub enum Cluster {
     /// The control plane plus a real node (containerd, kubelet, kube-proxy):
     /// pods run as containers (`hack/cluster.sh up node`).
     Node,
+    /// Like `Full`, for the fault suite alone, which restarts its API server
+    /// and etcd (`hack/cluster.sh up chaos`).
+    Chaos,
 }
 
 impl Cluster {
@@ -30,6 +33,7 @@ impl Cluster {
             Cluster::Full => ("HALTSQL_TEST_KUBECONFIG", ".cluster/full/kubeconfig"),
             Cluster::Envtest => ("HALTSQL_ENVTEST_KUBECONFIG", ".cluster/envtest/kubeconfig"),
             Cluster::Node => ("HALTSQL_NODE_KUBECONFIG", ".cluster/node/kubeconfig"),
+            Cluster::Chaos => ("HALTSQL_CHAOS_KUBECONFIG", ".cluster/chaos/kubeconfig"),
         };
         std::env::var_os(var)
             .map(PathBuf::from)
@@ -340,4 +344,36 @@ pub fn condition(
         .iter()
         .find(|c| c.type_ == type_)
         .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// The server's current per-configuration ConfigMap: the one its
+/// `status.configChecksum` names (`None` until both exist).
+pub async fn current_config_map(
+    servers: &Api<haltsql_operator::api::HaltSQLServer>,
+    config_maps: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    server: &str,
+) -> Option<k8s_openapi::api::core::v1::ConfigMap> {
+    let checksum = servers.get(server).await.ok()?.status?.config_checksum?;
+    let name = haltsql_operator::render::config_map_name(server, &checksum);
+    config_maps.get_opt(&name).await.ok()?
+}
+
+/// Names of the server's per-configuration ConfigMaps
+/// (`<server>-haltsql-config-<hash>`), sorted.
+pub async fn config_map_names(
+    config_maps: &Api<k8s_openapi::api::core::v1::ConfigMap>,
+    server: &str,
+) -> Vec<String> {
+    let prefix = format!("{}-", haltsql_operator::render::config_map_prefix(server));
+    let mut names: Vec<String> = config_maps
+        .list_metadata(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("list ConfigMaps: {e}"))
+        .items
+        .into_iter()
+        .filter_map(|cm| cm.metadata.name)
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
 }
