@@ -202,8 +202,9 @@ pub struct OidcProvider {
     pub audience: String,
     /// `policy` or `policy_claim`.
     pub policy: OidcPolicy,
-    /// `jwks_file`: keys read from a file instead of the issuer.
-    pub jwks_file: Option<PathBuf>,
+    /// `jwks_file`: keys from a file (an absolute path) or the JWKS JSON
+    /// itself (a value starting with `{`) instead of the issuer.
+    pub jwks_file: Option<FileOrContent>,
 }
 
 /// What an mTLS identity matches in the client certificate.
@@ -1128,7 +1129,10 @@ fn parse_auth_section(
             };
             let jwks = match om.get("jwks_file") {
                 None => Some(None),
-                Some(n) => abs_path(session, doc, n, &join(&path, "jwks_file")).map(Some),
+                Some(n) => {
+                    file_or_content(session, doc, n, &join(&path, "jwks_file"), Content::Jwks)
+                        .map(Some)
+                }
             };
             if let (Some(issuer), Some(audience), Some(policy), Some(jwks_file)) =
                 (issuer, audience, policy, jwks)
@@ -1560,6 +1564,8 @@ enum Content {
     PrivateKey,
     /// A JSON object (a service account key).
     Json,
+    /// A JSON Web Key Set (a JSON object with a `keys` array).
+    Jwks,
 }
 
 /// A path or the content itself (see [`FileOrContent`]). Error messages
@@ -1577,9 +1583,10 @@ fn file_or_content(
         Content::Certificates => "PEM certificates (-----BEGIN CERTIFICATE-----)",
         Content::PrivateKey => "a PEM private key (-----BEGIN PRIVATE KEY-----)",
         Content::Json => "the service account key JSON",
+        Content::Jwks => "a JWKS JSON document ({\"keys\": [...]})",
     };
     let is_content = match content {
-        Content::Json => text.starts_with('{'),
+        Content::Json | Content::Jwks => text.starts_with('{'),
         _ => text.starts_with("-----BEGIN"),
     };
     if is_content {
@@ -1587,6 +1594,8 @@ fn file_or_content(
             Content::Json => {
                 serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object())
             }
+            Content::Jwks => serde_json::from_str::<serde_json::Value>(text)
+                .is_ok_and(|v| v.get("keys").is_some_and(serde_json::Value::is_array)),
             Content::Certificates => pem_labels(text)
                 .is_some_and(|l| !l.is_empty() && l.iter().all(|l| *l == "CERTIFICATE")),
             Content::PrivateKey => pem_labels(text).is_some_and(|l| {

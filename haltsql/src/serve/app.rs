@@ -3,18 +3,19 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header::{CONTENT_LENGTH, WWW_AUTHENTICATE};
+use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 
 use super::auth::Authenticator;
 use super::bundles::Bundles;
+use super::identity::PeerIdentity;
 use crate::audit::AuditLog;
 use crate::engine::pool::VerifyPool;
 
@@ -25,6 +26,8 @@ pub type AuthSlot = Arc<RwLock<Option<Arc<Authenticator>>>>;
 pub struct AppState {
     pub auth: AuthSlot,
     pub bundles: Option<Arc<Bundles>>,
+    /// The OIDC key caches (kept across policy-set rebuilds).
+    pub oidc: Arc<super::oidc::Sources>,
     pub max_request_bytes: usize,
     pub pool: VerifyPool,
     pub audit: AuditLog,
@@ -112,19 +115,31 @@ struct VerifyRequest {
     sql: String,
 }
 
-async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+async fn verify(
+    State(state): State<Arc<AppState>>,
+    peer: Option<Extension<Arc<PeerIdentity>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let Some(auth) = state.current_auth() else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the policies are not loaded yet (bundle sources)",
         );
     };
-    let caller = match auth.authenticate(&headers) {
+    let peer = peer.as_ref().map(|Extension(p)| p.as_ref());
+    let caller = match auth.authenticate(&headers, peer).await {
         Ok(c) => c,
         Err(e) => {
-            let mut r = error(StatusCode::UNAUTHORIZED, e.message());
-            r.headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+            let mut r = error(status, e.message());
+            if status == StatusCode::UNAUTHORIZED {
+                r.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            } else if status == StatusCode::SERVICE_UNAVAILABLE {
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+            }
             return r;
         }
     };

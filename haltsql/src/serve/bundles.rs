@@ -55,6 +55,7 @@ struct Source {
 /// Every bundle source of a server, and the slot its policy set goes to.
 pub struct Bundles {
     config: Arc<LoadedConfig>,
+    oidc: Arc<super::oidc::Sources>,
     sources: Vec<Source>,
     slot: AuthSlot,
     /// Serializes check-and-swap across sources.
@@ -75,7 +76,11 @@ struct Rejection {
 impl Bundles {
     /// Loads each source's cache (verified again) and publishes the policy
     /// set if every source has one.
-    pub fn new(config: Arc<LoadedConfig>, slot: AuthSlot) -> Arc<Self> {
+    pub fn new(
+        config: Arc<LoadedConfig>,
+        slot: AuthSlot,
+        oidc: Arc<super::oidc::Sources>,
+    ) -> Arc<Self> {
         let sources = config
             .bundle_sources
             .iter()
@@ -86,6 +91,7 @@ impl Bundles {
             .collect();
         let me = Arc::new(Bundles {
             config,
+            oidc,
             sources,
             slot,
             compose_lock: Mutex::new(()),
@@ -163,7 +169,7 @@ impl Bundles {
                 },
             }
         }
-        match super::build_auth(&self.config, &extra) {
+        match super::build_auth(&self.config, &extra, &self.oidc) {
             Ok(auth) => {
                 *self
                     .slot

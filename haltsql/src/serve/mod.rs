@@ -10,6 +10,8 @@ pub mod app;
 pub mod auth;
 pub mod bundles;
 pub mod conn;
+pub mod identity;
+pub mod oidc;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -30,7 +32,7 @@ use crate::engine::{Policy, Rules};
 use crate::load::{self, LoadedConfig, LogFormat};
 
 use app::AppState;
-use auth::{Authenticator, TokenEntry};
+use auth::{Authenticator, MtlsEntry, OidcEntry, TokenEntry};
 
 /// How long open connections may take to finish after SIGTERM.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
@@ -65,6 +67,15 @@ pub enum ServeError {
     DuplicatePolicy(String),
     #[error("allow_unauthenticated is on but default_policy {0} is not loaded")]
     NoDefaultPolicy(String),
+    #[error("server.auth.mtls.identities[{index}] names policy {policy}, which is not loaded")]
+    UnknownIdentityPolicy { index: usize, policy: String },
+    #[error("server.auth.oidc[{index}] names policy {policy}, which is not loaded")]
+    UnknownOidcPolicy { index: usize, policy: String },
+    #[error("server.auth.oidc[{index}]: {source}")]
+    Oidc {
+        index: usize,
+        source: oidc::OidcError,
+    },
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error("TLS: {0}")]
@@ -133,12 +144,6 @@ pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
             out.push(format!("bundle source {}: {what}", b.name));
         }
     }
-    if !config.server.auth.oidc.is_empty() {
-        out.push("OIDC authentication (server.auth.oidc)".to_string());
-    }
-    if !config.server.auth.mtls_identities.is_empty() {
-        out.push("mTLS identities (server.auth.mtls.identities)".to_string());
-    }
     if config.server.admin.listen.is_some() {
         out.push("the admin listener (server.admin.listen)".to_string());
     }
@@ -163,23 +168,32 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         .unwrap_or(2);
     let auth: app::AuthSlot = Arc::default();
     let config = Arc::new(config.clone());
+    let oidc_sources = Arc::new(oidc::Sources::default());
+    // Every jwks_file is read now, so a bad one stops the start.
+    for (index, p) in config.server.auth.oidc.iter().enumerate() {
+        oidc_sources
+            .get(p)
+            .map_err(|source| ServeError::Oidc { index, source })?;
+    }
     let bundles = if config.bundle_sources.is_empty() {
         *auth
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Arc::new(build_auth(&config, &[])?));
+            Some(Arc::new(build_auth(&config, &[], &oidc_sources)?));
         None
     } else {
         // The policy set is published once every source has a bundle.
         Some(bundles::Bundles::new(
             Arc::clone(&config),
             Arc::clone(&auth),
+            Arc::clone(&oidc_sources),
         ))
     };
     Ok(AppState {
         auth,
         bundles,
         max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
+        oidc: oidc_sources,
         pool: VerifyPool::new(threads)?,
         audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
         ready: AtomicBool::new(false),
@@ -187,11 +201,12 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
 }
 
 /// The authenticator for the config's file policies plus `extra` (the
-/// bundles' policies): every token and the default policy must resolve,
-/// and no two policies may share a name.
+/// bundles' policies): every token, identity, fixed OIDC policy and the
+/// default policy must resolve, and no two policies may share a name.
 pub fn build_auth(
     config: &LoadedConfig,
     extra: &[load::LoadedPolicy],
+    oidc_sources: &oidc::Sources,
 ) -> Result<Authenticator, ServeError> {
     let mut policies: HashMap<String, Arc<Policy>> = HashMap::new();
     for p in config.policies.iter().chain(extra) {
@@ -224,7 +239,42 @@ pub fn build_auth(
     } else {
         None
     };
-    Ok(Authenticator::new(tokens, unauthenticated))
+    let mut mtls = Vec::new();
+    for (index, m) in config.server.auth.mtls_identities.iter().enumerate() {
+        let policy = policies
+            .get(&m.policy)
+            .ok_or_else(|| ServeError::UnknownIdentityPolicy {
+                index,
+                policy: m.policy.clone(),
+            })?;
+        mtls.push(MtlsEntry {
+            matcher: m.matcher.clone(),
+            policy: Arc::clone(policy),
+        });
+    }
+    let mut oidc_entries = Vec::new();
+    for (index, p) in config.server.auth.oidc.iter().enumerate() {
+        let policy = match &p.policy {
+            load::OidcPolicy::Fixed(name) => {
+                auth::OidcPolicy::Fixed(Arc::clone(policies.get(name).ok_or_else(|| {
+                    ServeError::UnknownOidcPolicy {
+                        index,
+                        policy: name.clone(),
+                    }
+                })?))
+            }
+            load::OidcPolicy::Claim(c) => auth::OidcPolicy::Claim(c.clone()),
+        };
+        oidc_entries.push(OidcEntry {
+            issuer: p.issuer.clone(),
+            audience: p.audience.clone(),
+            policy,
+            keys: oidc_sources
+                .get(p)
+                .map_err(|source| ServeError::Oidc { index, source })?,
+        });
+    }
+    Ok(Authenticator::new(tokens, unauthenticated).with_identities(mtls, oidc_entries, policies))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -269,6 +319,7 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
         Some(b) => b.spawn(stop_rx.clone()),
         None => Vec::new(),
     };
+    state.oidc.prefetch();
     state.ready.store(true, Ordering::Release);
     tracing::info!(
         listen = %api_addr,
