@@ -78,6 +78,10 @@ pub struct LoadedConfig {
     pub file: PathBuf,
     /// Lower-case hex SHA-256 of the config file's bytes.
     pub sha256: String,
+    /// Every file this config was loaded from: the config itself, its
+    /// policy and catalog files, and the files its `${file:...}`
+    /// placeholders read (what `reload.watch` watches).
+    pub inputs: Vec<PathBuf>,
     /// `server`.
     pub server: ServerConfig,
     /// The policies loaded from `policies[].file`, in config order.
@@ -139,7 +143,7 @@ pub enum TlsVersion {
 }
 
 /// `server.tls`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     /// PEM certificate chain.
     pub cert_file: PathBuf,
@@ -722,6 +726,7 @@ pub(crate) fn parse_config(
     Some(LoadedConfig {
         file: file.to_path_buf(),
         sha256: sha256.to_string(),
+        inputs: session.input_files(),
         server: server?,
         policies,
         bundle_sources,

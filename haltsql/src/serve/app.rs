@@ -1,7 +1,8 @@
 //! The HTTP routes: `POST /v1/verify`, `GET /healthz`, `GET /readyz`.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -16,8 +17,10 @@ use serde::Deserialize;
 use super::auth::Authenticator;
 use super::bundles::Bundles;
 use super::identity::PeerIdentity;
+use super::reload::ReloadStats;
 use crate::audit::AuditLog;
 use crate::engine::pool::VerifyPool;
+use crate::load::LoadedConfig;
 
 /// The policy set in use: `None` until every bundle source has a bundle;
 /// swapped whole when a new bundle is accepted.
@@ -28,6 +31,9 @@ pub struct AppState {
     pub bundles: Option<Arc<Bundles>>,
     /// The OIDC key caches (kept across policy-set rebuilds).
     pub oidc: Arc<super::oidc::Sources>,
+    /// The config in use (replaced by a reload).
+    pub config: RwLock<Arc<LoadedConfig>>,
+    pub reloads: Mutex<ReloadStats>,
     pub max_request_bytes: usize,
     pub pool: VerifyPool,
     pub audit: AuditLog,
@@ -35,6 +41,21 @@ pub struct AppState {
 }
 
 impl AppState {
+    pub fn current_config(&self) -> Arc<LoadedConfig> {
+        Arc::clone(
+            &self
+                .config
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    pub fn reload_stats(&self) -> MutexGuard<'_, ReloadStats> {
+        self.reloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The policy set of this moment (a request keeps the one it started with).
     pub fn current_auth(&self) -> Option<Arc<Authenticator>> {
         self.auth
@@ -68,15 +89,15 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "not found")
 }
 
-async fn healthz() -> Response {
+pub(crate) async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.ready.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
@@ -93,12 +114,36 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     (StatusCode::OK, "ready\n").into_response()
 }
 
-/// Prometheus text format: the bundle state (empty without bundle sources).
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// Prometheus text format: the config in use, reloads and the bundle
+/// state (no bundle series without bundle sources).
+pub fn metrics_text(state: &AppState) -> String {
     let mut out = String::new();
+    let config = state.current_config();
+    let stats = state.reload_stats().clone();
+    let _ = writeln!(
+        out,
+        "# HELP haltsql_config_info The config in use (SHA-256 of the config file).\n# TYPE haltsql_config_info gauge\nhaltsql_config_info{{sha256=\"{}\"}} 1",
+        config.sha256
+    );
+    let _ = writeln!(
+        out,
+        "# HELP haltsql_config_reloads_total Config reloads by result (a failure keeps the previous config).\n# TYPE haltsql_config_reloads_total counter\nhaltsql_config_reloads_total{{result=\"success\"}} {}\nhaltsql_config_reloads_total{{result=\"failure\"}} {}",
+        stats.successes, stats.failures
+    );
+    if let Some(t) = ReloadStats::unix(stats.last_success) {
+        let _ = writeln!(
+            out,
+            "# HELP haltsql_config_last_reload_success_timestamp_seconds When the config was last reloaded.\n# TYPE haltsql_config_last_reload_success_timestamp_seconds gauge\nhaltsql_config_last_reload_success_timestamp_seconds {t}"
+        );
+    }
     if let Some(b) = &state.bundles {
         b.metrics(&mut out);
     }
+    out
+}
+
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let out = metrics_text(&state);
     (
         StatusCode::OK,
         [(

@@ -6,12 +6,14 @@
 //! TLS settings, bind the listeners, then report ready. SIGTERM (or SIGINT)
 //! turns `/readyz` to 503, stops accepting, drains open requests and exits 0.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod bundles;
 pub mod conn;
 pub mod identity;
 pub mod oidc;
+pub mod reload;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -144,12 +146,6 @@ pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
             out.push(format!("bundle source {}: {what}", b.name));
         }
     }
-    if config.server.admin.listen.is_some() {
-        out.push("the admin listener (server.admin.listen)".to_string());
-    }
-    if config.reload.watch {
-        out.push("reloading on change (reload.watch)".to_string());
-    }
     for s in &config.audit.sinks {
         if !matches!(s, load::AuditSink::Stdout | load::AuditSink::File { .. }) {
             out.push(format!("the {} audit sink (audit.sinks)", s.type_name()));
@@ -194,6 +190,8 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         bundles,
         max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
         oidc: oidc_sources,
+        config: std::sync::RwLock::new(Arc::clone(&config)),
+        reloads: std::sync::Mutex::default(),
         pool: VerifyPool::new(threads)?,
         audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
         ready: AtomicBool::new(false),
@@ -315,15 +313,35 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             stop_rx.clone(),
         )));
     }
-    let bundle_tasks = match &state.bundles {
+    let mut admin_addr = None;
+    if let Some(addr) = config.server.admin.listen {
+        let listener = bind(addr).await?;
+        admin_addr = listener.local_addr().ok();
+        servers.push(tokio::spawn(conn::serve(
+            listener,
+            admin::admin_router(Arc::clone(&state)),
+            None,
+            conn::ConnLimits::health(&config.limits),
+            stop_rx.clone(),
+        )));
+    }
+    let mut bundle_tasks = match &state.bundles {
         Some(b) => b.spawn(stop_rx.clone()),
         None => Vec::new(),
     };
+    if config.reload.watch {
+        bundle_tasks.push(tokio::spawn(reload::watch_loop(
+            Arc::clone(&state),
+            stop_rx.clone(),
+        )));
+    }
     state.oidc.prefetch();
     state.ready.store(true, Ordering::Release);
     tracing::info!(
         listen = %api_addr,
         health = ?health_addr,
+        admin = ?admin_addr,
+        reload_watch = config.reload.watch,
         tls = config.server.tls.is_some(),
         policies = config.policies.len(),
         tokens = config.server.auth.tokens.len(),
