@@ -390,3 +390,34 @@ fn admin_listener_shows_state_but_no_secret() {
     assert_eq!(http(api, "GET", "/config", None, "").0, 404);
     srv.assert_running();
 }
+
+#[test]
+fn serve_refuses_settings_in_the_reserved_sections() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let d = dir.path();
+    let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let secrets = d.join("secrets");
+    write(&secrets.join("agent.sha256"), hash("t"));
+    write(&d.join("policy.yaml"), policy(&["app.orders"]));
+    for (section, key) in [("telemetry", "otlp"), ("opa", "url"), ("secrets", "vault")] {
+        let config = format!(
+            "{}{section}: {{{key}: x}}\n",
+            config(api, admin, &secrets, 65536)
+        );
+        write(&d.join("config.yaml"), &config);
+        let out = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(d.join("config.yaml"))
+            .output()
+            .unwrap_or_else(|e| panic!("spawn: {e}"));
+        assert_eq!(out.status.code(), Some(2), "{section}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "{section}.{key}: unknown key, this mapping takes no keys"
+            )),
+            "{err}"
+        );
+    }
+}
