@@ -515,6 +515,10 @@ struct Issuer {
 }
 
 fn issuer(d: &Path, name: &str, client_id: &str) -> Issuer {
+    issuer_on(d, name, client_id, "127.0.0.1:0")
+}
+
+fn issuer_on(d: &Path, name: &str, client_id: &str, listen: &str) -> Issuer {
     let log = d.join(format!("{name}.log"));
     let mut proc = Proc::start(
         Command::new(tool("oidc-issuer")).current_dir(d).args([
@@ -526,6 +530,8 @@ fn issuer(d: &Path, name: &str, client_id: &str) -> Issuer {
             "ca.crt",
             "-client-id",
             client_id,
+            "-listen",
+            listen,
         ]),
         &log,
     );
@@ -920,4 +926,45 @@ fn oidc_unreadable_jwks_file_stops_the_start() {
         err.contains("server.auth.oidc[0]") && err.contains("no usable signing key"),
         "{err}"
     );
+}
+
+#[test]
+fn oidc_issuer_unreachable_is_503_until_it_answers() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let d = dir.path();
+    ca(d, "ca");
+    leaf(d, "ca", "server", "/CN=127.0.0.1", Some("IP:127.0.0.1"));
+    let port = free_port();
+    let iss = format!("https://127.0.0.1:{port}/oidc");
+    let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let auth_extra = format!(
+        "    oidc:\n      - {{issuer: '{iss}', audience: haltsql-tests, policy: p-fixed}}\n"
+    );
+    let config = write_config(d, api, "", &auth_extra);
+    let ca_file = d.join("ca.crt");
+    let ca_file = ca_file.to_string_lossy();
+    let srv = serve(d, &config, &[("SSL_CERT_FILE", &ca_file)]);
+    let shaped = format!(
+        "{}.{}.{}",
+        enc(&json!({"alg": "RS256", "kid": "k"})),
+        enc(&json!({"iss": iss, "aud": "haltsql-tests", "exp": now() + 300})),
+        B64URL.encode([0u8; 256])
+    );
+    let (status, body) = http(
+        api,
+        "POST",
+        "/v1/verify",
+        Some(&shaped),
+        r#"{"sql": "SELECT id FROM app.orders"}"#,
+    );
+    assert_eq!(status, 503, "{body}");
+    // The issuer comes up: its keys are fetched and its tokens accepted.
+    let up = issuer_on(d, "issuer", "haltsql-tests", &format!("127.0.0.1:{port}"));
+    assert_eq!(up.issuer, iss);
+    let token = up.token("alice", "", "0s");
+    wait_until("the issuer's keys", 40, || {
+        verify(api, &token) == (200, "p-fixed".into())
+    });
+    assert_eq!(verify(api, &shaped).0, 401);
+    drop(srv);
 }

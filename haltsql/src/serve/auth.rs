@@ -367,6 +367,50 @@ mod tests {
     }
 
     #[test]
+    fn a_token_wins_over_a_certificate_which_wins_over_no_credentials() {
+        let a = auth(true).with_identities(
+            vec![MtlsEntry {
+                matcher: MtlsMatch::DnsName("agent.corp".into()),
+                policy: policy("pm"),
+            }],
+            Vec::new(),
+            HashMap::new(),
+        );
+        let peer = PeerIdentity {
+            subject: "CN=agent".into(),
+            dns_names: vec!["agent.corp".into()],
+            uris: Vec::new(),
+        };
+        let stranger = PeerIdentity {
+            dns_names: vec!["stranger.corp".into()],
+            ..peer.clone()
+        };
+        let name = |r: Result<Caller, AuthError>| r.map(|c| c.policy.name().to_string());
+        assert_eq!(
+            name(run(
+                a.authenticate(&headers(Some("Bearer token-a")), Some(&peer))
+            )),
+            Ok("pa".into())
+        );
+        assert_eq!(
+            name(run(
+                a.authenticate(&headers(Some("Bearer nope")), Some(&peer))
+            )),
+            Err(AuthError::Wrong)
+        );
+        let c = run(a.authenticate(&headers(None), Some(&peer)));
+        assert_eq!(
+            c.as_ref().ok().and_then(|c| c.token.clone()).as_deref(),
+            Some("mtls:dns_name=agent.corp")
+        );
+        assert_eq!(name(c), Ok("pm".into()));
+        assert_eq!(
+            name(run(a.authenticate(&headers(None), Some(&stranger)))),
+            Ok("default".into())
+        );
+    }
+
+    #[test]
     fn unauthenticated_uses_default_but_wrong_tokens_still_fail() {
         let a = auth(true);
         let c = a.check(&headers(None));

@@ -132,6 +132,33 @@ mod tests {
     }
 
     #[test]
+    fn reads_subject_and_alternative_names_of_a_certificate() {
+        use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, SanType};
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "Corp, Inc.");
+        dn.push(DnType::CommonName, "#agent");
+        dn.push(DnType::CustomDnType(vec![1, 3, 6, 1, 4, 1, 99999, 1]), "x");
+        params.distinguished_name = dn;
+        params.subject_alt_names = vec![
+            SanType::DnsName("agent.corp.example".try_into().unwrap()),
+            SanType::URI("spiffe://corp/sa/agent".try_into().unwrap()),
+            SanType::IpAddress([127, 0, 0, 1].into()),
+        ];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let p = PeerIdentity::from_der(cert.der()).unwrap();
+        // Reverse order, escaped values, an unknown attribute in hex.
+        assert_eq!(
+            p.subject,
+            "1.3.6.1.4.1.99999.1=#0c0178,CN=\\#agent,O=Corp\\, Inc."
+        );
+        assert_eq!(p.dns_names, vec!["agent.corp.example".to_string()]);
+        assert_eq!(p.uris, vec!["spiffe://corp/sa/agent".to_string()]);
+        assert_eq!(PeerIdentity::from_der(b"not a certificate"), None);
+    }
+
+    #[test]
     fn matching_rules() {
         let p = PeerIdentity {
             subject: "CN=agent,O=Corp".into(),
