@@ -421,3 +421,113 @@ fn serve_refuses_settings_in_the_reserved_sections() {
         );
     }
 }
+
+fn run(cmd: &mut Command) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn policy_of(api: SocketAddr, token: &str) -> Option<String> {
+    let (status, body) = http(
+        api,
+        "POST",
+        "/v1/verify",
+        Some(token),
+        &serde_json::json!({ "sql": ORDERS }).to_string(),
+    );
+    (status == 200)
+        .then(|| serde_json::from_str::<Value>(&body).ok())
+        .flatten()
+        .and_then(|v| v.get("policy")?.as_str().map(str::to_string))
+}
+
+#[test]
+fn reload_with_a_bundle_source_composes_the_new_config_with_the_bundle_in_use() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("tempdir: {e}"));
+    let d = dir.path();
+    // A signed bundle in the source's cache; the source itself never answers.
+    run(Command::new(BIN)
+        .args(["bundle", "keygen", "--private-key"])
+        .arg(d.join("k"))
+        .arg("--public-key")
+        .arg(d.join("k.pub")));
+    write(
+        &d.join("bundle/orders.yaml"),
+        policy(&["app.orders"]).replace("name: agent", "name: orders"),
+    );
+    run(Command::new(BIN)
+        .args(["bundle", "build"])
+        .arg(d.join("bundle"))
+        .arg("-o")
+        .arg(d.join("b.tar.gz")));
+    run(Command::new(BIN)
+        .args(["bundle", "sign", "--key"])
+        .arg(d.join("k"))
+        .arg(d.join("b.tar.gz")));
+    let read = |p: PathBuf| std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    haltsql::bundle::cache::write(
+        &d.join("cache"),
+        &haltsql::bundle::cache::Cached {
+            version: None,
+            bundle: read(d.join("b.tar.gz")),
+            signature: read(d.join("b.tar.gz.sig")),
+        },
+    )
+    .unwrap_or_else(|e| panic!("cache: {e}"));
+    let public = haltsql::bundle::sign::read_public(&d.join("k.pub"))
+        .unwrap_or_else(|e| panic!("public key: {e}"));
+    let public = base64::engine::general_purpose::STANDARD.encode(public);
+
+    let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let secrets = d.join("secrets");
+    write(&secrets.join("agent.sha256"), hash("t"));
+    write(&d.join("policy.yaml"), policy(&["app.orders"]));
+    let with_token_policy = |p: &str| {
+        config(api, admin, &secrets, 65536)
+            .replace("        policy: agent\n", &format!("        policy: {p}\n"))
+            .replace(
+                "  - file: policy.yaml\n",
+                &format!(
+                    "  - file: policy.yaml\n  - bundle_source:\n      name: b\n      https: {{url: 'https://127.0.0.1:1/b.tar.gz'}}\n      public_keys: ['{public}']\n      name_prefix: b.\n      poll_interval_seconds: 3600\n      cache_dir: {}\n",
+                    d.join("cache").display()
+                ),
+            )
+    };
+    write(&d.join("config.yaml"), with_token_policy("b.orders"));
+    let mut srv = Server::start(&d.join("config.yaml"), &d.join("haltsql.log"), api);
+    assert_eq!(policy_of(api, "t").as_deref(), Some("b.orders"));
+    let bundles = admin_json(admin, "/bundles");
+    assert_eq!(bundles[0]["current"]["origin"], "cache", "{bundles}");
+    assert_eq!(
+        bundles[0]["current"]["policies"],
+        serde_json::json!(["b.orders"])
+    );
+
+    // The token moves to the file policy: composed with the cached bundle.
+    publish(&d.join("config.yaml"), &with_token_policy("agent"));
+    wait_until("the token on the file policy", 30, || {
+        policy_of(api, "t").as_deref() == Some("agent")
+    });
+    // A bundle policy the bundle does not have: refused, the old set stays.
+    publish(&d.join("config.yaml"), &with_token_policy("b.missing"));
+    let failed = "haltsql_config_reloads_total{result=\"failure\"}";
+    wait_until("the failed reload", 30, || metric(admin, failed) == 1.0);
+    assert_eq!(policy_of(api, "t").as_deref(), Some("agent"));
+    let summary = admin_json(admin, "/config");
+    assert!(
+        summary["reload"]["last_errors"][0]
+            .as_str()
+            .unwrap_or_default()
+            .contains("b.missing"),
+        "{summary}"
+    );
+    srv.assert_running();
+}
