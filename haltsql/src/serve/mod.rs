@@ -41,14 +41,19 @@ pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 const SERVE_LONG: &str = "\
 Load a Config document (exactly as `haltsql validate` would) and serve the \
-verify API: POST /v1/verify with `Authorization: Bearer <token>` and \
-{\"sql\": \"...\"}; GET /healthz and /readyz.
+verify API: POST /v1/verify with {\"sql\": \"...\"} and `Authorization: \
+Bearer <token>` (a static token or an OIDC JWT) or, without the header, an \
+mTLS client certificate that matches an identity; GET /healthz and /readyz. \
+With server.admin.listen, a plain-HTTP admin listener serves /metrics, \
+/config and /bundles (never secrets). With reload.watch, the config and \
+every file it was loaded from are watched and a change is applied \
+atomically (a config that does not load changes nothing).
 
 Exit codes:
   0  stopped by SIGTERM or SIGINT after draining open requests
   2  the config does not load (the located errors are printed on stderr), \
-uses a feature this server does not implement, or a listener, TLS file or \
-audit sink cannot be set up";
+uses a feature this server does not implement, or a listener, TLS file, \
+jwks_file or audit sink cannot be set up";
 
 /// Arguments of `haltsql serve`.
 #[derive(Debug, Clone, Args)]
