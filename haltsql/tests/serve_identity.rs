@@ -304,13 +304,24 @@ fn curl(
     cert: Option<&str>,
     bearer: Option<&str>,
 ) -> Option<(u16, Value)> {
+    curl_ca(dir, "ca.crt", api, cert, bearer)
+}
+
+/// [`curl`] trusting `cacert` for the server.
+fn curl_ca(
+    dir: &Path,
+    cacert: &str,
+    api: SocketAddr,
+    cert: Option<&str>,
+    bearer: Option<&str>,
+) -> Option<(u16, Value)> {
     let mut cmd = Command::new(tool("curl"));
     cmd.current_dir(dir).args([
         "-sS",
         "--max-time",
         "10",
         "--cacert",
-        "ca.crt",
+        cacert,
         "-H",
         "Content-Type: application/json",
         "-d",
@@ -501,6 +512,82 @@ fn mtls_required_refuses_connections_without_a_trusted_certificate() {
     assert_eq!(
         policy_of(curl(d, api, Some("stranger"), Some(TOKEN))),
         (200, "p-token".into())
+    );
+    drop(srv);
+}
+
+/// The TLS files as Kubernetes mounts a Secret: links through `..data`,
+/// swapped at once.
+fn tls_secret(d: &Path, generation: u32, cert: &str, client_ca: &str) {
+    let gen_dir = d.join(format!("tls/..gen{generation}"));
+    std::fs::create_dir_all(&gen_dir).unwrap_or_else(|e| panic!("mkdir: {e}"));
+    for (from, to) in [
+        (format!("{cert}.crt"), "tls.crt"),
+        (format!("{cert}.key"), "tls.key"),
+        (format!("{client_ca}.crt"), "ca.crt"),
+    ] {
+        std::fs::copy(d.join(from), gen_dir.join(to)).unwrap_or_else(|e| panic!("copy: {e}"));
+        let link = d.join("tls").join(to);
+        if !link.exists() {
+            std::os::unix::fs::symlink(format!("..data/{to}"), &link)
+                .unwrap_or_else(|e| panic!("symlink: {e}"));
+        }
+    }
+    let tmp = d.join("tls/..data_tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(format!("..gen{generation}"), &tmp)
+        .unwrap_or_else(|e| panic!("symlink: {e}"));
+    std::fs::rename(&tmp, d.join("tls/..data")).unwrap_or_else(|e| panic!("swap: {e}"));
+}
+
+#[test]
+fn mtls_reload_watch_rotates_the_server_certificate_and_the_client_ca() {
+    let s = mtls_setup();
+    let d = s.dir.path();
+    leaf(
+        d,
+        "other-ca",
+        "server2",
+        "/CN=127.0.0.1",
+        Some("IP:127.0.0.1"),
+    );
+    tls_secret(d, 1, "server", "ca");
+    let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
+    let t = d.join("tls");
+    let server_extra = format!(
+        "  tls:\n    cert_file: {t}/tls.crt\n    key_file: {t}/tls.key\n    client_ca_file: {t}/ca.crt\n    client_auth: optional\n",
+        t = t.display()
+    );
+    let auth_extra =
+        "    mtls:\n      identities:\n        - {dns_name: agent.corp.example, policy: p-dns}\n";
+    let config = write_config(d, api, &server_extra, auth_extra);
+    let mut text = std::fs::read_to_string(&config).unwrap_or_default();
+    text.push_str("reload: {watch: true}\n");
+    write(&config, text);
+    let srv = serve(d, &config, &[]);
+    assert_eq!(
+        policy_of(curl_ca(d, "ca.crt", api, Some("by-dns"), None)),
+        (200, "p-dns".into())
+    );
+    assert!(curl_ca(d, "ca.crt", api, Some("foreign"), None).is_none());
+
+    // The Secret now holds a certificate of the other CA, which also signs
+    // the client certificates from now on.
+    tls_secret(d, 2, "server2", "other-ca");
+    wait_until("the new certificate and client CA", 30, || {
+        curl_ca(d, "other-ca.crt", api, Some("foreign"), None).map(|(s, _)| s) == Some(200)
+    });
+    assert_eq!(
+        policy_of(curl_ca(d, "other-ca.crt", api, Some("foreign"), None)),
+        (200, "p-dns".into())
+    );
+    assert!(
+        curl_ca(d, "ca.crt", api, Some("by-dns"), None).is_none(),
+        "the old server certificate"
+    );
+    assert!(
+        curl_ca(d, "other-ca.crt", api, Some("by-dns"), None).is_none(),
+        "the old client CA"
     );
     drop(srv);
 }

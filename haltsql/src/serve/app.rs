@@ -31,6 +31,8 @@ pub struct AppState {
     pub bundles: Option<Arc<Bundles>>,
     /// The OIDC key caches (kept across policy-set rebuilds).
     pub oidc: Arc<super::oidc::Sources>,
+    /// The API listener's TLS settings (replaced by a reload).
+    pub tls: Option<super::tls::TlsSlot>,
     /// The config in use (replaced by a reload).
     pub config: RwLock<Arc<LoadedConfig>>,
     pub reloads: Mutex<ReloadStats>,

@@ -41,6 +41,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+
+use super::tls::TlsSlot;
 use tower::ServiceExt;
 
 use super::identity::PeerIdentity;
@@ -288,7 +290,7 @@ struct Shared {
     limits: ConnLimits,
     registry: Registry,
     in_flight: Option<Semaphore>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsSlot>,
     builder: auto::Builder<TokioExecutor>,
 }
 
@@ -298,7 +300,7 @@ struct Shared {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsSlot>,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -399,7 +401,8 @@ async fn connection(
     };
     match &shared.tls {
         None => drive(shared, TokioIo::new(io), slot, &last, &mut stop, None).await,
-        Some(acceptor) => {
+        Some(tls) => {
+            let acceptor = TlsAcceptor::from(super::tls::current(tls));
             let handshake = tokio::select! {
                 h = tokio::time::timeout(shared.limits.header_read_timeout, acceptor.accept(io)) => h,
                 () = slot.kill.notified() => return,

@@ -195,6 +195,10 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         bundles,
         max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
         oidc: oidc_sources,
+        tls: match &config.server.tls {
+            Some(t) => Some(Arc::new(std::sync::RwLock::new(tls::server_config(t)?))),
+            None => None,
+        },
         config: std::sync::RwLock::new(Arc::clone(&config)),
         reloads: std::sync::Mutex::default(),
         pool: VerifyPool::new(threads)?,
@@ -288,21 +292,16 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     let state = Arc::new(build_state(&config)?);
-    let tls_config = match &config.server.tls {
-        Some(t) => Some(tls::server_config(t)?),
-        None => None,
-    };
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let mut servers = Vec::new();
     let api = app::api_router(Arc::clone(&state));
     let listener = bind(config.server.listen).await?;
     let api_addr = listener.local_addr().unwrap_or(config.server.listen);
-    let acceptor = tls_config.map(tokio_rustls::TlsAcceptor::from);
     servers.push(tokio::spawn(conn::serve(
         listener,
         api,
-        acceptor,
+        state.tls.clone(),
         conn::ConnLimits::api(&config.limits),
         stop_rx.clone(),
     )));

@@ -5,16 +5,18 @@
 //! config, its policy and catalog files, and the files its `${file:...}`
 //! placeholders read). Content, not modification times, so a Kubernetes
 //! ConfigMap or Secret update (a symbolic link swapped to a new folder)
-//! is seen like an edit in place. On a change the config is loaded exactly
-//! as at start-up and the new policy set (policies, tokens, OIDC entries,
-//! mTLS identities, default policy) replaces the old one in one step.
+//! is seen like an edit in place; the TLS files are watched too. On a
+//! change the config is loaded exactly as at start-up and the new policy
+//! set (policies, tokens, OIDC entries, mTLS identities, default policy)
+//! and the TLS settings (certificate, key, client CA, modes) replace the
+//! old ones; a handshake or request uses either the old or the new.
 //!
 //! A config that does not load, or whose policy set does not resolve
 //! (with the current bundles), changes nothing: its located errors are
 //! logged and counted, and it is tried again at every tick until it loads
 //! (a failure with the same errors is logged and counted once). Settings
-//! that live in listeners, the TLS acceptor, the audit sinks, the bundle
-//! pollers or the logger take effect at the next start; a reload that
+//! that live in listeners, the audit sinks, the bundle pollers or the
+//! logger, and turning TLS on or off, take effect at the next start; a reload that
 //! changes them is applied for the rest and names them in the log and in
 //! `restart_required` on the admin listener.
 
@@ -89,7 +91,10 @@ pub fn restart_only_changes(old: &LoadedConfig, new: &LoadedConfig) -> Vec<Strin
         "server.health_listen",
     );
     check(old.server.admin != new.server.admin, "server.admin");
-    check(old.server.tls != new.server.tls, "server.tls");
+    check(
+        old.server.tls.is_some() != new.server.tls.is_some(),
+        "server.tls",
+    );
     check(
         old.bundle_sources != new.bundle_sources,
         "policies[].bundle_source",
@@ -107,6 +112,13 @@ pub fn apply(state: &AppState, new: LoadedConfig) -> Result<Vec<String>, String>
     let new = Arc::new(new);
     let old = state.current_config();
     let restart = restart_only_changes(&old, &new);
+    // TLS files are read first: a bad pair changes nothing.
+    let tls = match (&state.tls, &new.server.tls) {
+        (Some(_), Some(t)) => {
+            Some(super::tls::server_config(t).map_err(|e| format!("server.tls: {e}"))?)
+        }
+        _ => None,
+    };
     match &state.bundles {
         Some(b) => b.set_config(Arc::clone(&new))?,
         None => {
@@ -116,6 +128,11 @@ pub fn apply(state: &AppState, new: LoadedConfig) -> Result<Vec<String>, String>
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(auth));
         }
+    }
+    if let (Some(slot), Some(tls)) = (&state.tls, tls) {
+        *slot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tls;
     }
     *state
         .config
@@ -166,16 +183,25 @@ pub fn reload(state: &AppState, path: &Path) {
     }
 }
 
+/// The files a config is watched by: its inputs and its TLS files.
+pub fn watched(config: &LoadedConfig) -> Vec<PathBuf> {
+    let mut files = config.inputs.clone();
+    if let Some(t) = &config.server.tls {
+        files.extend(super::tls::files(t));
+    }
+    files
+}
+
 /// Watches the running config's files until `stop` turns true.
 pub async fn watch_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
     let path = state.current_config().file.clone();
-    let mut seen = fingerprint(&state.current_config().inputs);
+    let mut seen = fingerprint(&watched(&state.current_config()));
     loop {
         tokio::select! {
             () = tokio::time::sleep(WATCH_INTERVAL) => {}
             _ = stop.wait_for(|v| *v) => return,
         }
-        let inputs = state.current_config().inputs.clone();
+        let inputs = watched(&state.current_config());
         let st = Arc::clone(&state);
         let failing = st.reload_stats().last_failure.is_some();
         let path = path.clone();
@@ -185,7 +211,7 @@ pub async fn watch_loop(state: Arc<AppState>, mut stop: watch::Receiver<bool>) {
             if now != seen || failing {
                 reload(&st, &path);
                 // The new config may read other files: start from them.
-                Some(fingerprint(&st.current_config().inputs))
+                Some(fingerprint(&watched(&st.current_config())))
             } else {
                 None
             }
