@@ -72,6 +72,8 @@ build oci-image "" .
 build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.2" \
   github.com/distribution/distribution/v3/cmd/registry
 build oras "" oras.land/oras/cmd/oras
+# The OIDC tests' issuer: oauth2-proxy/mockoidc over HTTPS (hack/tools/oidc).
+build oidc "" .
 
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
 if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" kwok "* ]]; then

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the real peers of the bundle tests (haltsql/tests/bundle_sources.rs)
-# and links them into bin/:
+# Installs the real peers of the bundle and identity tests
+# (haltsql/tests/bundle_sources.rs, serve_mtls.rs, serve_oidc.rs) and links them into bin/:
 #   registry, oras  the CNCF distribution registry and the oras client (Go modules,
 #                   hack/tools/{registry,oras}, built by hack/build-tools.sh)
+#   oidc-issuer     a real OIDC issuer (oauth2-proxy/mockoidc, hack/tools/oidc, Go module)
+#   curl            the real TLS client of the mTLS tests (Debian package)
 #   s3s-fs          an S3 server on a folder (crates.io, cargo install, cached per machine)
 #   nginx, openssl, htpasswd   from Debian's packages (nginx-light, openssl, apache2-utils)
 # Idempotent: a second run only links.
@@ -13,7 +15,7 @@ cache="${HALTSQL_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/haltsql-operator/t
 bin="$root/bin"
 mkdir -p "$bin" "$cache"
 
-HALTSQL_TOOLS="registry oras" "$root/hack/build-tools.sh"
+HALTSQL_TOOLS="registry oras oidc" "$root/hack/build-tools.sh"
 
 s3s_version=0.14.1
 s3s_dir="$cache/s3s-fs-$s3s_version"
@@ -31,6 +33,7 @@ missing=()
 command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
 command -v openssl >/dev/null || missing+=(openssl)
 command -v htpasswd >/dev/null || missing+=(apache2-utils)
+command -v curl >/dev/null || missing+=(curl)
 if [ ${#missing[@]} -gt 0 ]; then
   echo ">> apt-get install ${missing[*]}" >&2
   apt-get update -qq
@@ -40,4 +43,5 @@ nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
 ln -sfn "$nginx_bin" "$bin/nginx"
 ln -sfn "$(command -v htpasswd)" "$bin/htpasswd"
 ln -sfn "$(command -v openssl)" "$bin/openssl"
+ln -sfn "$(command -v curl)" "$bin/curl"
 echo ">> bundle test peers ready in $bin" >&2

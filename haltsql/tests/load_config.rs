@@ -625,6 +625,34 @@ fn mtls_identities_need_client_auth() {
 }
 
 #[test]
+fn oidc_jwks_file_is_a_path_or_the_jwks_itself() {
+    let f = Fixture::pod();
+    let c = f.config(&with(
+        "    oidc:\n      - {issuer: https://id.corp, audience: haltsql, policy: orders-agent, jwks_file: '{\"keys\": []}'}\n",
+    ));
+    assert!(matches!(
+        &c.server.auth.oidc[0].jwks_file,
+        Some(haltsql::load::FileOrContent::Content(s)) if s.expose() == "{\"keys\": []}"
+    ));
+    let c = f.config(&with(
+        "    oidc:\n      - {issuer: https://id.corp, audience: haltsql, policy: orders-agent, jwks_file: /etc/jwks.json}\n",
+    ));
+    assert!(matches!(
+        &c.server.auth.oidc[0].jwks_file,
+        Some(haltsql::load::FileOrContent::Path(p)) if p.ends_with("etc/jwks.json")
+    ));
+    // Content that is not a JWKS is refused without being shown.
+    check(
+        &with(
+            "    oidc:\n      - {issuer: https://id.corp, audience: haltsql, policy: orders-agent, jwks_file: '{\"kty\": \"RSA\", \"d\": \"private\"}'}\n",
+        ),
+        &[
+            "config.yaml:13:87: server.auth.oidc[0].jwks_file: the content is not a JWKS JSON document ({\"keys\": [...]}); expected an absolute path or a JWKS JSON document ({\"keys\": [...]})",
+        ],
+    );
+}
+
+#[test]
 fn oidc_rules() {
     check(
         &with(
@@ -660,7 +688,7 @@ fn oidc_rules() {
         ),
         &[
             "config.yaml:13:9: server.auth.oidc[0].audience: required key is missing",
-            "config.yaml:13:63: server.auth.oidc[0].jwks_file: \"jwks.json\" must be an absolute path",
+            "config.yaml:13:63: server.auth.oidc[0].jwks_file: \"jwks.json\" is not an absolute path; expected an absolute path or a JWKS JSON document ({\"keys\": [...]})",
         ],
     );
 }

@@ -78,6 +78,10 @@ pub struct LoadedConfig {
     pub file: PathBuf,
     /// Lower-case hex SHA-256 of the config file's bytes.
     pub sha256: String,
+    /// Every file this config was loaded from: the config itself, its
+    /// policy and catalog files, and the files its `${file:...}`
+    /// placeholders read (what `reload.watch` watches).
+    pub inputs: Vec<PathBuf>,
     /// `server`.
     pub server: ServerConfig,
     /// The policies loaded from `policies[].file`, in config order.
@@ -139,7 +143,7 @@ pub enum TlsVersion {
 }
 
 /// `server.tls`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TlsConfig {
     /// PEM certificate chain.
     pub cert_file: PathBuf,
@@ -202,8 +206,9 @@ pub struct OidcProvider {
     pub audience: String,
     /// `policy` or `policy_claim`.
     pub policy: OidcPolicy,
-    /// `jwks_file`: keys read from a file instead of the issuer.
-    pub jwks_file: Option<PathBuf>,
+    /// `jwks_file`: keys from a file (an absolute path) or the JWKS JSON
+    /// itself (a value starting with `{`) instead of the issuer.
+    pub jwks_file: Option<FileOrContent>,
 }
 
 /// What an mTLS identity matches in the client certificate.
@@ -721,6 +726,7 @@ pub(crate) fn parse_config(
     Some(LoadedConfig {
         file: file.to_path_buf(),
         sha256: sha256.to_string(),
+        inputs: session.input_files(),
         server: server?,
         policies,
         bundle_sources,
@@ -1128,7 +1134,10 @@ fn parse_auth_section(
             };
             let jwks = match om.get("jwks_file") {
                 None => Some(None),
-                Some(n) => abs_path(session, doc, n, &join(&path, "jwks_file")).map(Some),
+                Some(n) => {
+                    file_or_content(session, doc, n, &join(&path, "jwks_file"), Content::Jwks)
+                        .map(Some)
+                }
             };
             if let (Some(issuer), Some(audience), Some(policy), Some(jwks_file)) =
                 (issuer, audience, policy, jwks)
@@ -1560,6 +1569,8 @@ enum Content {
     PrivateKey,
     /// A JSON object (a service account key).
     Json,
+    /// A JSON Web Key Set (a JSON object with a `keys` array).
+    Jwks,
 }
 
 /// A path or the content itself (see [`FileOrContent`]). Error messages
@@ -1577,9 +1588,10 @@ fn file_or_content(
         Content::Certificates => "PEM certificates (-----BEGIN CERTIFICATE-----)",
         Content::PrivateKey => "a PEM private key (-----BEGIN PRIVATE KEY-----)",
         Content::Json => "the service account key JSON",
+        Content::Jwks => "a JWKS JSON document ({\"keys\": [...]})",
     };
     let is_content = match content {
-        Content::Json => text.starts_with('{'),
+        Content::Json | Content::Jwks => text.starts_with('{'),
         _ => text.starts_with("-----BEGIN"),
     };
     if is_content {
@@ -1587,6 +1599,8 @@ fn file_or_content(
             Content::Json => {
                 serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object())
             }
+            Content::Jwks => serde_json::from_str::<serde_json::Value>(text)
+                .is_ok_and(|v| v.get("keys").is_some_and(serde_json::Value::is_array)),
             Content::Certificates => pem_labels(text)
                 .is_some_and(|l| !l.is_empty() && l.iter().all(|l| *l == "CERTIFICATE")),
             Content::PrivateKey => pem_labels(text).is_some_and(|l| {

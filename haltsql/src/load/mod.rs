@@ -240,11 +240,35 @@ impl<'o> Session<'o> {
             resolver: Resolver {
                 root: opts.root.clone(),
                 env: opts.env.clone(),
+                read: Default::default(),
             },
             documents: Vec::new(),
             errors: Vec::new(),
             could_not_check: false,
         }
+    }
+
+    /// Every file read so far: the documents (config, policies, catalogs)
+    /// and the files placeholders read, without repeats.
+    pub(crate) fn input_files(&self) -> Vec<PathBuf> {
+        let mut out: Vec<PathBuf> = Vec::new();
+        let placeholders = self
+            .resolver
+            .read
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        for p in self
+            .documents
+            .iter()
+            .map(|d| PathBuf::from(&d.file))
+            .chain(placeholders)
+        {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
     }
 
     /// Records the document and parses its bytes into a tree (errors go to

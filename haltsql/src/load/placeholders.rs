@@ -101,6 +101,9 @@ pub struct Resolver {
     pub root: Option<PathBuf>,
     /// Where variables come from.
     pub env: EnvSource,
+    /// Every file a `${file:...}` placeholder read (or tried to), shared
+    /// by the clones of one load.
+    pub read: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 impl Resolver {
@@ -110,6 +113,10 @@ impl Resolver {
             Placeholder::Env(name) => self.env.get(name),
             Placeholder::File(path) => {
                 let real = rooted(self.root.as_deref(), Path::new(path));
+                self.read
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(real.clone());
                 let bytes = read_capped(&real, MAX_PLACEHOLDER_FILE_BYTES)
                     .map_err(|e| format!("placeholder file {path}: {e}"))?;
                 let mut text = String::from_utf8(bytes)
@@ -148,6 +155,7 @@ mod tests {
         let r = Resolver {
             root: Some(dir.path().to_path_buf()),
             env: EnvSource::Map(BTreeMap::new()),
+            read: Default::default(),
         };
         assert_eq!(r.resolve(&Placeholder::File("/a")).unwrap(), "v\n");
         assert_eq!(r.resolve(&Placeholder::File("/b")).unwrap(), "w");

@@ -1,22 +1,26 @@
 //! The HTTP routes: `POST /v1/verify`, `GET /healthz`, `GET /readyz`.
 
+use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header::{CONTENT_LENGTH, WWW_AUTHENTICATE};
+use axum::http::header::{CONTENT_LENGTH, RETRY_AFTER, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 
 use super::auth::Authenticator;
 use super::bundles::Bundles;
+use super::identity::PeerIdentity;
+use super::reload::ReloadStats;
 use crate::audit::AuditLog;
 use crate::engine::pool::VerifyPool;
+use crate::load::LoadedConfig;
 
 /// The policy set in use: `None` until every bundle source has a bundle;
 /// swapped whole when a new bundle is accepted.
@@ -25,6 +29,13 @@ pub type AuthSlot = Arc<RwLock<Option<Arc<Authenticator>>>>;
 pub struct AppState {
     pub auth: AuthSlot,
     pub bundles: Option<Arc<Bundles>>,
+    /// The OIDC key caches (kept across policy-set rebuilds).
+    pub oidc: Arc<super::oidc::Sources>,
+    /// The API listener's TLS settings (replaced by a reload).
+    pub tls: Option<super::tls::TlsSlot>,
+    /// The config in use (replaced by a reload).
+    pub config: RwLock<Arc<LoadedConfig>>,
+    pub reloads: Mutex<ReloadStats>,
     pub max_request_bytes: usize,
     pub pool: VerifyPool,
     pub audit: AuditLog,
@@ -32,6 +43,21 @@ pub struct AppState {
 }
 
 impl AppState {
+    pub fn current_config(&self) -> Arc<LoadedConfig> {
+        Arc::clone(
+            &self
+                .config
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+
+    pub fn reload_stats(&self) -> MutexGuard<'_, ReloadStats> {
+        self.reloads
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The policy set of this moment (a request keeps the one it started with).
     pub fn current_auth(&self) -> Option<Arc<Authenticator>> {
         self.auth
@@ -65,15 +91,15 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(serde_json::json!({ "error": message }))).into_response()
 }
 
-async fn not_found() -> Response {
+pub(crate) async fn not_found() -> Response {
     error(StatusCode::NOT_FOUND, "not found")
 }
 
-async fn healthz() -> Response {
+pub(crate) async fn healthz() -> Response {
     (StatusCode::OK, "ok\n").into_response()
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+pub(crate) async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if !state.ready.load(Ordering::Acquire) {
         return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n").into_response();
     }
@@ -90,12 +116,36 @@ async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     (StatusCode::OK, "ready\n").into_response()
 }
 
-/// Prometheus text format: the bundle state (empty without bundle sources).
-async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+/// Prometheus text format: the config in use, reloads and the bundle
+/// state (no bundle series without bundle sources).
+pub fn metrics_text(state: &AppState) -> String {
     let mut out = String::new();
+    let config = state.current_config();
+    let stats = state.reload_stats().clone();
+    let _ = writeln!(
+        out,
+        "# HELP haltsql_config_info The config in use (SHA-256 of the config file).\n# TYPE haltsql_config_info gauge\nhaltsql_config_info{{sha256=\"{}\"}} 1",
+        config.sha256
+    );
+    let _ = writeln!(
+        out,
+        "# HELP haltsql_config_reloads_total Config reloads by result (a failure keeps the previous config).\n# TYPE haltsql_config_reloads_total counter\nhaltsql_config_reloads_total{{result=\"success\"}} {}\nhaltsql_config_reloads_total{{result=\"failure\"}} {}",
+        stats.successes, stats.failures
+    );
+    if let Some(t) = ReloadStats::unix(stats.last_success) {
+        let _ = writeln!(
+            out,
+            "# HELP haltsql_config_last_reload_success_timestamp_seconds When the config was last reloaded.\n# TYPE haltsql_config_last_reload_success_timestamp_seconds gauge\nhaltsql_config_last_reload_success_timestamp_seconds {t}"
+        );
+    }
     if let Some(b) = &state.bundles {
         b.metrics(&mut out);
     }
+    out
+}
+
+pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let out = metrics_text(&state);
     (
         StatusCode::OK,
         [(
@@ -112,19 +162,31 @@ struct VerifyRequest {
     sql: String,
 }
 
-async fn verify(State(state): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+async fn verify(
+    State(state): State<Arc<AppState>>,
+    peer: Option<Extension<Arc<PeerIdentity>>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let Some(auth) = state.current_auth() else {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the policies are not loaded yet (bundle sources)",
         );
     };
-    let caller = match auth.authenticate(&headers) {
+    let peer = peer.as_ref().map(|Extension(p)| p.as_ref());
+    let caller = match auth.authenticate(&headers, peer).await {
         Ok(c) => c,
         Err(e) => {
-            let mut r = error(StatusCode::UNAUTHORIZED, e.message());
-            r.headers_mut()
-                .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
+            let mut r = error(status, e.message());
+            if status == StatusCode::UNAUTHORIZED {
+                r.headers_mut()
+                    .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            } else if status == StatusCode::SERVICE_UNAVAILABLE {
+                r.headers_mut()
+                    .insert(RETRY_AFTER, HeaderValue::from_static("5"));
+            }
             return r;
         }
     };

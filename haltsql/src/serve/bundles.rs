@@ -54,7 +54,9 @@ struct Source {
 
 /// Every bundle source of a server, and the slot its policy set goes to.
 pub struct Bundles {
-    config: Arc<LoadedConfig>,
+    /// The config the policy set is composed with (replaced by a reload).
+    config: Mutex<Arc<LoadedConfig>>,
+    oidc: Arc<super::oidc::Sources>,
     sources: Vec<Source>,
     slot: AuthSlot,
     /// Serializes check-and-swap across sources.
@@ -75,7 +77,11 @@ struct Rejection {
 impl Bundles {
     /// Loads each source's cache (verified again) and publishes the policy
     /// set if every source has one.
-    pub fn new(config: Arc<LoadedConfig>, slot: AuthSlot) -> Arc<Self> {
+    pub fn new(
+        config: Arc<LoadedConfig>,
+        slot: AuthSlot,
+        oidc: Arc<super::oidc::Sources>,
+    ) -> Arc<Self> {
         let sources = config
             .bundle_sources
             .iter()
@@ -85,7 +91,8 @@ impl Bundles {
             })
             .collect();
         let me = Arc::new(Bundles {
-            config,
+            config: Mutex::new(config),
+            oidc,
             sources,
             slot,
             compose_lock: Mutex::new(()),
@@ -163,7 +170,8 @@ impl Bundles {
                 },
             }
         }
-        match super::build_auth(&self.config, &extra) {
+        let config = Arc::clone(&lock(&self.config));
+        match super::build_auth(&config, &extra, &self.oidc) {
             Ok(auth) => {
                 *self
                     .slot
@@ -178,6 +186,56 @@ impl Bundles {
                 Err(e.to_string())
             }
         }
+    }
+
+    /// Composes the policy set with a reloaded config (same bundle
+    /// sources); on failure the previous config and policy set stay.
+    pub fn set_config(&self, config: Arc<LoadedConfig>) -> Result<(), String> {
+        let _guard = lock(&self.compose_lock);
+        let old = std::mem::replace(&mut *lock(&self.config), config);
+        match self.publish_if_complete(None) {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                *lock(&self.config) = old;
+                Err(e)
+            }
+        }
+    }
+
+    /// Each source's state for the admin listener (no secrets: names,
+    /// digests, revisions, times, counters and the last error).
+    pub fn state_json(&self) -> serde_json::Value {
+        let secs = |t: Option<SystemTime>| {
+            t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map(|d| d.as_secs())
+        };
+        let sources: Vec<serde_json::Value> = self
+            .sources
+            .iter()
+            .map(|s| {
+                let st = lock(&s.status);
+                let current = st.current.as_ref().map(|c| {
+                    serde_json::json!({
+                        "digest": format!("sha256:{}", c.bundle.digest),
+                        "revision": c.bundle.revision,
+                        "version": c.version,
+                        "origin": c.origin,
+                        "policies": c.bundle.policies.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
+                    })
+                });
+                serde_json::json!({
+                    "name": s.config.name,
+                    "loaded": st.current.is_some(),
+                    "current": current,
+                    "last_success_unix": secs(st.last_success),
+                    "last_error": st.last_error,
+                    "fetches": st.fetches,
+                    "rejected": st.rejected,
+                    "updates": st.updates,
+                })
+            })
+            .collect();
+        serde_json::Value::Array(sources)
     }
 
     /// Whether every source has a bundle and the policy set is published.

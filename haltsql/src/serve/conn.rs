@@ -41,8 +41,11 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+
+use super::tls::TlsSlot;
 use tower::ServiceExt;
 
+use super::identity::PeerIdentity;
 use crate::load::LimitsConfig;
 
 /// The plain answer to a connection over the bound (HTTP/1.1, then close).
@@ -287,7 +290,7 @@ struct Shared {
     limits: ConnLimits,
     registry: Registry,
     in_flight: Option<Semaphore>,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsSlot>,
     builder: auto::Builder<TokioExecutor>,
 }
 
@@ -297,7 +300,7 @@ struct Shared {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    tls: Option<TlsAcceptor>,
+    tls: Option<TlsSlot>,
     limits: ConnLimits,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -397,14 +400,25 @@ async fn connection(
         origin,
     };
     match &shared.tls {
-        None => drive(shared, TokioIo::new(io), slot, &last, &mut stop).await,
-        Some(acceptor) => {
+        None => drive(shared, TokioIo::new(io), slot, &last, &mut stop, None).await,
+        Some(tls) => {
+            let acceptor = TlsAcceptor::from(super::tls::current(tls));
             let handshake = tokio::select! {
                 h = tokio::time::timeout(shared.limits.header_read_timeout, acceptor.accept(io)) => h,
                 () = slot.kill.notified() => return,
             };
             match handshake {
-                Ok(Ok(tls)) => drive(shared, TokioIo::new(tls), slot, &last, &mut stop).await,
+                Ok(Ok(tls)) => {
+                    // rustls has verified the chain; only the leaf's names matter.
+                    let peer = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| PeerIdentity::from_der(c))
+                        .map(Arc::new);
+                    drive(shared, TokioIo::new(tls), slot, &last, &mut stop, peer).await;
+                }
                 Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
                 Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
             }
@@ -420,15 +434,19 @@ async fn drive<I>(
     slot: &Arc<Slot>,
     last: &AtomicU64,
     stop: &mut watch::Receiver<bool>,
+    peer: Option<Arc<PeerIdentity>>,
 ) where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = {
         let shared = Arc::clone(shared);
         let slot = Arc::clone(slot);
-        hyper::service::service_fn(move |req: Request<Incoming>| {
+        hyper::service::service_fn(move |mut req: Request<Incoming>| {
             let shared = Arc::clone(&shared);
             let slot = Arc::clone(&slot);
+            if let Some(p) = &peer {
+                req.extensions_mut().insert(Arc::clone(p));
+            }
             async move { Ok::<_, Infallible>(handle(&shared, &slot, req).await) }
         })
     };

@@ -6,10 +6,14 @@
 //! TLS settings, bind the listeners, then report ready. SIGTERM (or SIGINT)
 //! turns `/readyz` to 503, stops accepting, drains open requests and exits 0.
 
+pub mod admin;
 pub mod app;
 pub mod auth;
 pub mod bundles;
 pub mod conn;
+pub mod identity;
+pub mod oidc;
+pub mod reload;
 pub mod tls;
 
 use std::collections::HashMap;
@@ -30,21 +34,26 @@ use crate::engine::{Policy, Rules};
 use crate::load::{self, LoadedConfig, LogFormat};
 
 use app::AppState;
-use auth::{Authenticator, TokenEntry};
+use auth::{Authenticator, MtlsEntry, OidcEntry, TokenEntry};
 
 /// How long open connections may take to finish after SIGTERM.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
 
 const SERVE_LONG: &str = "\
 Load a Config document (exactly as `haltsql validate` would) and serve the \
-verify API: POST /v1/verify with `Authorization: Bearer <token>` and \
-{\"sql\": \"...\"}; GET /healthz and /readyz.
+verify API: POST /v1/verify with {\"sql\": \"...\"} and `Authorization: \
+Bearer <token>` (a static token or an OIDC JWT) or, without the header, an \
+mTLS client certificate that matches an identity; GET /healthz and /readyz. \
+With server.admin.listen, a plain-HTTP admin listener serves /metrics, \
+/config and /bundles (never secrets). With reload.watch, the config and \
+every file it was loaded from are watched and a change is applied \
+atomically (a config that does not load changes nothing).
 
 Exit codes:
   0  stopped by SIGTERM or SIGINT after draining open requests
   2  the config does not load (the located errors are printed on stderr), \
-uses a feature this server does not implement, or a listener, TLS file or \
-audit sink cannot be set up";
+uses a feature this server does not implement, or a listener, TLS file, \
+jwks_file or audit sink cannot be set up";
 
 /// Arguments of `haltsql serve`.
 #[derive(Debug, Clone, Args)]
@@ -65,6 +74,15 @@ pub enum ServeError {
     DuplicatePolicy(String),
     #[error("allow_unauthenticated is on but default_policy {0} is not loaded")]
     NoDefaultPolicy(String),
+    #[error("server.auth.mtls.identities[{index}] names policy {policy}, which is not loaded")]
+    UnknownIdentityPolicy { index: usize, policy: String },
+    #[error("server.auth.oidc[{index}] names policy {policy}, which is not loaded")]
+    UnknownOidcPolicy { index: usize, policy: String },
+    #[error("server.auth.oidc[{index}]: {source}")]
+    Oidc {
+        index: usize,
+        source: oidc::OidcError,
+    },
     #[error(transparent)]
     Audit(#[from] AuditError),
     #[error("TLS: {0}")]
@@ -133,18 +151,6 @@ pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
             out.push(format!("bundle source {}: {what}", b.name));
         }
     }
-    if !config.server.auth.oidc.is_empty() {
-        out.push("OIDC authentication (server.auth.oidc)".to_string());
-    }
-    if !config.server.auth.mtls_identities.is_empty() {
-        out.push("mTLS identities (server.auth.mtls.identities)".to_string());
-    }
-    if config.server.admin.listen.is_some() {
-        out.push("the admin listener (server.admin.listen)".to_string());
-    }
-    if config.reload.watch {
-        out.push("reloading on change (reload.watch)".to_string());
-    }
     for s in &config.audit.sinks {
         if !matches!(s, load::AuditSink::Stdout | load::AuditSink::File { .. }) {
             out.push(format!("the {} audit sink (audit.sinks)", s.type_name()));
@@ -163,23 +169,38 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         .unwrap_or(2);
     let auth: app::AuthSlot = Arc::default();
     let config = Arc::new(config.clone());
+    let oidc_sources = Arc::new(oidc::Sources::default());
+    // Every jwks_file is read now, so a bad one stops the start.
+    for (index, p) in config.server.auth.oidc.iter().enumerate() {
+        oidc_sources
+            .get(p)
+            .map_err(|source| ServeError::Oidc { index, source })?;
+    }
     let bundles = if config.bundle_sources.is_empty() {
         *auth
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) =
-            Some(Arc::new(build_auth(&config, &[])?));
+            Some(Arc::new(build_auth(&config, &[], &oidc_sources)?));
         None
     } else {
         // The policy set is published once every source has a bundle.
         Some(bundles::Bundles::new(
             Arc::clone(&config),
             Arc::clone(&auth),
+            Arc::clone(&oidc_sources),
         ))
     };
     Ok(AppState {
         auth,
         bundles,
         max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
+        oidc: oidc_sources,
+        tls: match &config.server.tls {
+            Some(t) => Some(Arc::new(std::sync::RwLock::new(tls::server_config(t)?))),
+            None => None,
+        },
+        config: std::sync::RwLock::new(Arc::clone(&config)),
+        reloads: std::sync::Mutex::default(),
         pool: VerifyPool::new(threads)?,
         audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
         ready: AtomicBool::new(false),
@@ -187,11 +208,12 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
 }
 
 /// The authenticator for the config's file policies plus `extra` (the
-/// bundles' policies): every token and the default policy must resolve,
-/// and no two policies may share a name.
+/// bundles' policies): every token, identity, fixed OIDC policy and the
+/// default policy must resolve, and no two policies may share a name.
 pub fn build_auth(
     config: &LoadedConfig,
     extra: &[load::LoadedPolicy],
+    oidc_sources: &oidc::Sources,
 ) -> Result<Authenticator, ServeError> {
     let mut policies: HashMap<String, Arc<Policy>> = HashMap::new();
     for p in config.policies.iter().chain(extra) {
@@ -224,7 +246,42 @@ pub fn build_auth(
     } else {
         None
     };
-    Ok(Authenticator::new(tokens, unauthenticated))
+    let mut mtls = Vec::new();
+    for (index, m) in config.server.auth.mtls_identities.iter().enumerate() {
+        let policy = policies
+            .get(&m.policy)
+            .ok_or_else(|| ServeError::UnknownIdentityPolicy {
+                index,
+                policy: m.policy.clone(),
+            })?;
+        mtls.push(MtlsEntry {
+            matcher: m.matcher.clone(),
+            policy: Arc::clone(policy),
+        });
+    }
+    let mut oidc_entries = Vec::new();
+    for (index, p) in config.server.auth.oidc.iter().enumerate() {
+        let policy = match &p.policy {
+            load::OidcPolicy::Fixed(name) => {
+                auth::OidcPolicy::Fixed(Arc::clone(policies.get(name).ok_or_else(|| {
+                    ServeError::UnknownOidcPolicy {
+                        index,
+                        policy: name.clone(),
+                    }
+                })?))
+            }
+            load::OidcPolicy::Claim(c) => auth::OidcPolicy::Claim(c.clone()),
+        };
+        oidc_entries.push(OidcEntry {
+            issuer: p.issuer.clone(),
+            audience: p.audience.clone(),
+            policy,
+            keys: oidc_sources
+                .get(p)
+                .map_err(|source| ServeError::Oidc { index, source })?,
+        });
+    }
+    Ok(Authenticator::new(tokens, unauthenticated).with_identities(mtls, oidc_entries, policies))
 }
 
 async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
@@ -235,21 +292,16 @@ async fn bind(addr: SocketAddr) -> Result<TcpListener, ServeError> {
 
 async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     let state = Arc::new(build_state(&config)?);
-    let tls_config = match &config.server.tls {
-        Some(t) => Some(tls::server_config(t)?),
-        None => None,
-    };
     let (stop_tx, stop_rx) = watch::channel(false);
 
     let mut servers = Vec::new();
     let api = app::api_router(Arc::clone(&state));
     let listener = bind(config.server.listen).await?;
     let api_addr = listener.local_addr().unwrap_or(config.server.listen);
-    let acceptor = tls_config.map(tokio_rustls::TlsAcceptor::from);
     servers.push(tokio::spawn(conn::serve(
         listener,
         api,
-        acceptor,
+        state.tls.clone(),
         conn::ConnLimits::api(&config.limits),
         stop_rx.clone(),
     )));
@@ -265,14 +317,35 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             stop_rx.clone(),
         )));
     }
-    let bundle_tasks = match &state.bundles {
+    let mut admin_addr = None;
+    if let Some(addr) = config.server.admin.listen {
+        let listener = bind(addr).await?;
+        admin_addr = listener.local_addr().ok();
+        servers.push(tokio::spawn(conn::serve(
+            listener,
+            admin::admin_router(Arc::clone(&state)),
+            None,
+            conn::ConnLimits::health(&config.limits),
+            stop_rx.clone(),
+        )));
+    }
+    let mut bundle_tasks = match &state.bundles {
         Some(b) => b.spawn(stop_rx.clone()),
         None => Vec::new(),
     };
+    if config.reload.watch {
+        bundle_tasks.push(tokio::spawn(reload::watch_loop(
+            Arc::clone(&state),
+            stop_rx.clone(),
+        )));
+    }
+    state.oidc.prefetch();
     state.ready.store(true, Ordering::Release);
     tracing::info!(
         listen = %api_addr,
         health = ?health_addr,
+        admin = ?admin_addr,
+        reload_watch = config.reload.watch,
         tls = config.server.tls.is_some(),
         policies = config.policies.len(),
         tokens = config.server.auth.tokens.len(),

@@ -3,7 +3,7 @@
 //! accept loop and within the header-read timeout.
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use pki_types::pem::PemObject;
 use pki_types::{CertificateDer, PrivateKeyDer};
@@ -53,6 +53,26 @@ fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'sta
         });
     }
     Ok(certs)
+}
+
+/// The TLS settings in use, replaced by a reload (a handshake uses the
+/// settings of the moment it starts).
+pub type TlsSlot = Arc<RwLock<Arc<rustls::ServerConfig>>>;
+
+/// The settings of this moment.
+pub fn current(slot: &TlsSlot) -> Arc<rustls::ServerConfig> {
+    Arc::clone(
+        &slot
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    )
+}
+
+/// The files of `server.tls`, for `reload.watch`.
+pub fn files(tls: &TlsConfig) -> Vec<std::path::PathBuf> {
+    let mut out = vec![tls.cert_file.clone(), tls.key_file.clone()];
+    out.extend(tls.client_ca_file.clone());
+    out
 }
 
 /// Build the rustls server configuration from `server.tls`.
