@@ -96,6 +96,7 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     if let Some(b) = &state.bundles {
         b.metrics(&mut out);
     }
+    state.audit.metrics(&mut out);
     (
         StatusCode::OK,
         [(

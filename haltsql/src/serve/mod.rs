@@ -34,6 +34,10 @@ use auth::{Authenticator, TokenEntry};
 
 /// How long open connections may take to finish after SIGTERM.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+/// The least time queued audit events get to reach remote sinks at shutdown.
+pub const AUDIT_FLUSH_MIN: Duration = Duration::from_secs(2);
+/// The most time queued audit events get to reach remote sinks at shutdown.
+pub const AUDIT_FLUSH_MAX: Duration = Duration::from_secs(10);
 
 const SERVE_LONG: &str = "\
 Load a Config document (exactly as `haltsql validate` would) and serve the \
@@ -145,11 +149,6 @@ pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
     if config.reload.watch {
         out.push("reloading on change (reload.watch)".to_string());
     }
-    for s in &config.audit.sinks {
-        if !matches!(s, load::AuditSink::Stdout | load::AuditSink::File { .. }) {
-            out.push(format!("the {} audit sink (audit.sinks)", s.type_name()));
-        }
-    }
     out
 }
 
@@ -181,7 +180,11 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         bundles,
         max_request_bytes: usize::try_from(config.limits.max_request_bytes).unwrap_or(usize::MAX),
         pool: VerifyPool::new(threads)?,
-        audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
+        audit: AuditLog::open(
+            config.audit.log_raw_sql,
+            &config.audit.sinks,
+            &config.audit.delivery,
+        )?,
         ready: AtomicBool::new(false),
     })
 }
@@ -265,6 +268,7 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             stop_rx.clone(),
         )));
     }
+    let audit_delivery = state.audit.start_delivery();
     let bundle_tasks = match &state.bundles {
         Some(b) => b.spawn(stop_rx.clone()),
         None => Vec::new(),
@@ -283,6 +287,7 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     tracing::info!("shutting down: draining open requests");
     state.ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
+    let drain_started = std::time::Instant::now();
     let drain = async {
         for s in servers {
             if let Err(e) = s.await {
@@ -296,6 +301,13 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tracing::warn!("drain timeout: closing remaining connections");
     }
+    // No request is open any more: send the audit events still queued for
+    // remote sinks, within the drain's time (at least AUDIT_FLUSH_MIN).
+    let now = std::time::Instant::now();
+    let flush_deadline = (drain_started + DRAIN_TIMEOUT).max(now + AUDIT_FLUSH_MIN);
+    audit_delivery
+        .flush(flush_deadline.min(now + AUDIT_FLUSH_MAX))
+        .await;
     state.pool.close();
     tracing::info!("stopped");
     Ok(())
