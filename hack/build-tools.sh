@@ -72,6 +72,8 @@ build oci-image "" .
 build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.2" \
   github.com/distribution/distribution/v3/cmd/registry
 build oras "" oras.land/oras/cmd/oras
+# The gcs audit sink tests' peer.
+build fake-gcs "" github.com/fsouza/fake-gcs-server
 
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
 if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" kwok "* ]]; then
