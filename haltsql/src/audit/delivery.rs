@@ -132,9 +132,13 @@ impl Queue {
         if st.oldest.is_none() {
             st.oldest = Some(Instant::now());
         }
-        let full = st.events.len() >= self.batch_events || st.bytes >= MAX_BATCH_BYTES;
+        // Wake the task when its wait changes: the first event starts the
+        // flush interval, a full batch is due at once.
+        let wake = st.events.len() == 1
+            || st.events.len() == self.batch_events
+            || st.bytes >= MAX_BATCH_BYTES;
         drop(st);
-        if full {
+        if wake {
             self.notify.notify_one();
         }
     }
