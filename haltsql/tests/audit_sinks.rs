@@ -170,12 +170,17 @@ fn wait_port(port: u16, p: &mut Proc, what: &str, secs: u64) {
 }
 
 /// One plain HTTP/1.1 request: (status, body).
-fn http(addr: SocketAddr, method: &str, path: &str, headers: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}"
-    );
+    let mut req =
+        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}");
     if method == "POST" || method == "PUT" {
         req.push_str(&format!("Content-Length: {}\r\n", body.len()));
     }
@@ -204,7 +209,11 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
             return out;
         };
         let size = usize::from_str_radix(
-            String::from_utf8_lossy(&b[..eol]).split(';').next().unwrap_or("0").trim(),
+            String::from_utf8_lossy(&b[..eol])
+                .split(';')
+                .next()
+                .unwrap_or("0")
+                .trim(),
             16,
         )
         .unwrap_or(0);
@@ -219,7 +228,12 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
 fn json_get(addr: SocketAddr, path: &str) -> Value {
     let (status, body) =
         http(addr, "GET", path, "", b"").unwrap_or_else(|| panic!("GET {path}: no answer"));
-    assert_eq!(status, 200, "GET {path}: {}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        status,
+        200,
+        "GET {path}: {}",
+        String::from_utf8_lossy(&body)
+    );
     serde_json::from_slice(&body).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
@@ -241,7 +255,14 @@ fn pki(dir: &Path) -> Pki {
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
     let ca = d.join("ca.crt");
     run(Command::new(&openssl)
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
         .args(["-nodes", "-days", "2", "-subj", "/CN=haltsql audit test CA"])
         .args(["-addext", "basicConstraints=critical,CA:TRUE"])
         .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
@@ -250,7 +271,14 @@ fn pki(dir: &Path) -> Pki {
         .arg("-out")
         .arg(&ca));
     run(Command::new(&openssl)
-        .args(["req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"])
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
         .args(["-nodes", "-subj", "/CN=localhost"])
         .arg("-keyout")
         .arg(d.join("srv.key"))
@@ -355,8 +383,9 @@ impl Serve {
     }
 
     fn metrics(&self) -> String {
-        http(self.health, "GET", "/metrics", "", b"")
-            .map_or_else(String::new, |(_, b)| String::from_utf8_lossy(&b).into_owned())
+        http(self.health, "GET", "/metrics", "", b"").map_or_else(String::new, |(_, b)| {
+            String::from_utf8_lossy(&b).into_owned()
+        })
     }
 
     fn metric(&self, name: &str, sink: usize, extra: &str) -> f64 {
@@ -406,7 +435,12 @@ impl Serve {
             let t = Instant::now();
             let r = http(self.api, "POST", "/v1/verify", &auth, body.as_bytes());
             slowest = slowest.max(t.elapsed());
-            assert_eq!(r.as_ref().map(|r| r.0), Some(200), "{r:?}\n{}", self.proc.log());
+            assert_eq!(
+                r.as_ref().map(|r| r.0),
+                Some(200),
+                "{r:?}\n{}",
+                self.proc.log()
+            );
         }
         slowest
     }
@@ -439,7 +473,10 @@ fn check_delivered(what: &str, chain: &[String], got: &[String]) -> Vec<u64> {
         let seq = seq_of(line);
         let idx = usize::try_from(seq).unwrap_or(usize::MAX) - 1;
         assert!(idx < chain.len(), "{what}: seq {seq} was never written");
-        assert_eq!(line, &chain[idx], "{what}: seq {seq} differs from the chain");
+        assert_eq!(
+            line, &chain[idx],
+            "{what}: seq {seq} differs from the chain"
+        );
         if let Some(prev) = by_seq.insert(seq, line) {
             assert_eq!(prev, line, "{what}: seq {seq} delivered twice, differently");
         }
@@ -456,7 +493,11 @@ fn check_delivered(what: &str, chain: &[String], got: &[String]) -> Vec<u64> {
         if let Some((ls, ll)) = last
             && ls + 1 == seq
         {
-            assert_eq!(prev, sha256_hex(ll.as_bytes()), "{what}: link {ls} -> {seq} broken");
+            assert_eq!(
+                prev,
+                sha256_hex(ll.as_bytes()),
+                "{what}: link {ls} -> {seq} broken"
+            );
         }
         last = Some((seq, line));
     }
@@ -471,9 +512,16 @@ fn check_batches(what: &str, objects: &[(String, String)]) -> Vec<String> {
     let mut lines = Vec::new();
     let mut last_seq = 0;
     for (name, body) in names {
-        assert!(body.ends_with('\n'), "{what}: {name} is not newline-terminated");
+        assert!(
+            body.ends_with('\n'),
+            "{what}: {name} is not newline-terminated"
+        );
         let batch: Vec<&str> = body.lines().collect();
-        assert!(!batch.is_empty() && batch.len() <= BATCH, "{what}: {name} has {} events", batch.len());
+        assert!(
+            !batch.is_empty() && batch.len() <= BATCH,
+            "{what}: {name} has {} events",
+            batch.len()
+        );
         let seqs: Vec<u64> = batch.iter().map(|l| seq_of(l)).collect();
         for w in seqs.windows(2) {
             assert_eq!(w[0] + 1, w[1], "{what}: {name} is not contiguous: {seqs:?}");
@@ -483,11 +531,22 @@ fn check_batches(what: &str, objects: &[(String, String)]) -> Vec<String> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            assert_eq!(prev, sha256_hex(w[0].as_bytes()), "{what}: {name}: link broken");
+            assert_eq!(
+                prev,
+                sha256_hex(w[0].as_bytes()),
+                "{what}: {name}: link broken"
+            );
         }
-        assert!(seqs[0] > last_seq, "{what}: {name} sorts before an earlier batch");
         assert!(
-            name.ends_with(&format!("-{:012}-{:012}.ndjson", seqs[0], seqs[seqs.len() - 1])),
+            seqs[0] > last_seq,
+            "{what}: {name} sorts before an earlier batch"
+        );
+        assert!(
+            name.ends_with(&format!(
+                "-{:012}-{:012}.ndjson",
+                seqs[0],
+                seqs[seqs.len() - 1]
+            )),
             "{what}: {name} does not name its seq range"
         );
         last_seq = seqs[seqs.len() - 1];
@@ -508,10 +567,15 @@ fn outage_and_recovery(
     // 1. Everything arrives, in batches.
     s.verify(25);
     for &i in sinks {
-        s.wait(&format!("sink {i}: 25 events sent"), 60, |s| s.sent(i) >= 25);
+        s.wait(&format!("sink {i}: 25 events sent"), 60, |s| {
+            s.sent(i) >= 25
+        });
         assert_eq!(s.sent(i), 25, "{}", s.metrics());
         let batches = s.metric("haltsql_audit_batches_sent_total", i, "") as usize;
-        assert!(batches >= 3, "sink {i}: 25 events in {batches} batches of at most {BATCH}");
+        assert!(
+            batches >= 3,
+            "sink {i}: 25 events in {batches} batches of at most {BATCH}"
+        );
     }
     let chain = s.chain();
     assert_eq!(chain.len(), 25);
@@ -529,7 +593,11 @@ fn outage_and_recovery(
         s.wait(&format!("sink {i}: a failed send counted"), 30, |s| {
             s.metric("haltsql_audit_send_failures_total", i, "") >= 1.0
         });
-        let dropped = s.metric("haltsql_audit_events_dropped_total", i, "reason=\"queue_full\"") as usize;
+        let dropped = s.metric(
+            "haltsql_audit_events_dropped_total",
+            i,
+            "reason=\"queue_full\"",
+        ) as usize;
         // At most QUEUE events wait, plus one batch being retried.
         assert!(
             dropped >= 100 - QUEUE - BATCH,
@@ -557,7 +625,11 @@ fn outage_and_recovery(
     for &i in sinks {
         let got = check_delivered(&format!("sink {i}"), &chain, &read(i));
         let dropped = s.dropped(i);
-        assert_eq!(got.len(), 135 - dropped, "sink {i}: delivered plus dropped is not everything");
+        assert_eq!(
+            got.len(),
+            135 - dropped,
+            "sink {i}: delivered plus dropped is not everything"
+        );
         // The queue filled before anything was dropped, and the newest
         // events of the outage were the ones dropped: the chain arrived as
         // 1..=K and 126..=135, with one gap.
@@ -638,7 +710,10 @@ fn s3_sink_batches_survives_an_outage_and_flushes_at_shutdown() {
     let objects = s3_objects(dir, "audit", "shutdown/");
     let lines = check_batches("s3 shutdown", &objects);
     let chain = s2.chain();
-    assert_eq!(check_delivered("s3 shutdown", &chain, &lines), vec![1, 2, 3]);
+    assert_eq!(
+        check_delivered("s3 shutdown", &chain, &lines),
+        vec![1, 2, 3]
+    );
 
     // A wrong secret is refused by the server: the batch is dropped as
     // rejected (403 is final), counted, and verify answers still come.
@@ -650,7 +725,11 @@ fn s3_sink_batches_survives_an_outage_and_flushes_at_shutdown() {
     let s3b = serve(&d3, &sink3, FLUSH_MS, &[]);
     s3b.verify(5);
     s3b.wait("rejected events counted", 30, |s| {
-        s.metric("haltsql_audit_events_dropped_total", 1, "reason=\"rejected\"") >= 5.0
+        s.metric(
+            "haltsql_audit_events_dropped_total",
+            1,
+            "reason=\"rejected\"",
+        ) >= 5.0
     });
     assert!(s3_objects(dir, "audit", "wrong/").is_empty());
     assert!(s3b.proc.log().contains("HTTP 403"), "{}", s3b.proc.log());
@@ -679,7 +758,10 @@ fn token_server(public_der: Vec<u8>, email: String) -> TokenServer {
             let ok = check_token_request(&conn, &public_der, &email, &uri);
             let (status, body) = if ok {
                 a.fetch_add(1, Ordering::SeqCst);
-                ("200 OK", r#"{"access_token":"test-access-token","expires_in":3600,"token_type":"Bearer"}"#)
+                (
+                    "200 OK",
+                    r#"{"access_token":"test-access-token","expires_in":3600,"token_type":"Bearer"}"#,
+                )
             } else {
                 r.fetch_add(1, Ordering::SeqCst);
                 ("400 Bad Request", r#"{"error":"invalid_grant"}"#)
@@ -734,7 +816,9 @@ fn check_token_request(conn: &TcpStream, public_der: &[u8], email: &str, uri: &s
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), percent_decode(v)))
         .collect();
-    if form.get("grant_type").map(String::as_str) != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
+    if form.get("grant_type").map(String::as_str)
+        != Some("urn:ietf:params:oauth:grant-type:jwt-bearer")
+    {
         return false;
     }
     let Some(jwt) = form.get("assertion") else {
@@ -745,10 +829,17 @@ fn check_token_request(conn: &TcpStream, public_der: &[u8], email: &str, uri: &s
         return false;
     }
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
-    let (Ok(header), Ok(claims), Ok(sig)) = (b64.decode(parts[0]), b64.decode(parts[1]), b64.decode(parts[2])) else {
+    let (Ok(header), Ok(claims), Ok(sig)) = (
+        b64.decode(parts[0]),
+        b64.decode(parts[1]),
+        b64.decode(parts[2]),
+    ) else {
         return false;
     };
-    let key = ring::signature::UnparsedPublicKey::new(&ring::signature::RSA_PKCS1_2048_8192_SHA256, public_der);
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        public_der,
+    );
     if key
         .verify(format!("{}.{}", parts[0], parts[1]).as_bytes(), &sig)
         .is_err()
@@ -773,7 +864,9 @@ fn percent_decode(s: &str) -> String {
     let mut out = Vec::new();
     let mut i = 0;
     while i < b.len() {
-        let hex = s.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+        let hex = s
+            .get(i + 1..i + 3)
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
         match (b[i], hex) {
             (b'%', Some(v)) => {
                 out.push(v);
@@ -795,7 +888,14 @@ fn percent_decode(s: &str) -> String {
 fn start_fake_gcs(dir: &Path, port: u16) -> Proc {
     let mut p = Proc::start(
         Command::new(tool("fake-gcs-server"))
-            .args(["-scheme", "http", "-host", "127.0.0.1", "-port", &port.to_string()])
+            .args([
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                &port.to_string(),
+            ])
             .args(["-public-host", &format!("127.0.0.1:{port}")])
             .args(["-backend", "filesystem", "-filesystem-root"])
             .arg(dir.join("gcs-root"))
@@ -823,8 +923,14 @@ fn gcs_objects(addr: SocketAddr, bucket: &str, prefix: &str) -> Vec<(String, Str
                 }
             })
             .collect();
-        let (status, body) = http(addr, "GET", &format!("/storage/v1/b/{bucket}/o/{enc}?alt=media"), "", b"")
-            .unwrap_or_else(|| panic!("GET {name}: no answer"));
+        let (status, body) = http(
+            addr,
+            "GET",
+            &format!("/storage/v1/b/{bucket}/o/{enc}?alt=media"),
+            "",
+            b"",
+        )
+        .unwrap_or_else(|| panic!("GET {name}: no answer"));
         assert_eq!(status, 200, "GET {name}");
         out.push((name, String::from_utf8_lossy(&body).into_owned()));
     }
@@ -838,7 +944,14 @@ fn gcs_sink_with_a_service_account_key_survives_an_outage() {
     let openssl = tool("openssl");
     let key = dir.join("sa.key");
     run(Command::new(&openssl)
-        .args(["genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-out"])
+        .args([
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+            "-out",
+        ])
         .arg(&key));
     let public = dir.join("sa.pub.der");
     run(Command::new(&openssl)
@@ -871,7 +984,12 @@ fn gcs_sink_with_a_service_account_key_survives_an_outage() {
     );
     let d1 = dir.join("serve");
     std::fs::create_dir_all(&d1).unwrap();
-    let s = serve(&d1, &sink, FLUSH_MS, &[("STORAGE_EMULATOR_HOST", &emulator)]);
+    let s = serve(
+        &d1,
+        &sink,
+        FLUSH_MS,
+        &[("STORAGE_EMULATOR_HOST", &emulator)],
+    );
     let read = |_| check_batches("gcs", &gcs_objects(addr, "audit", "haltsql/"));
     let mut stop = || {
         if let Some(mut p) = gcs.lock().unwrap().take() {
@@ -890,12 +1008,22 @@ fn gcs_sink_with_a_service_account_key_survives_an_outage() {
 
 fn start_opensearch(dir: &Path, http_port: u16, transport_port: u16) -> Proc {
     let node = tool("opensearch-node");
-    let cp = format!("{}:{}/*", node.join("classes").display(), node.join("libs").display());
+    let cp = format!(
+        "{}:{}/*",
+        node.join("classes").display(),
+        node.join("libs").display()
+    );
     let home = dir.join("opensearch");
     std::fs::create_dir_all(&home).unwrap();
     let mut p = Proc::start(
         Command::new("java")
-            .args(["-Xms256m", "-Xmx512m", "-cp", &cp, "dev.haltsql.peers.OpenSearchNode"])
+            .args([
+                "-Xms256m",
+                "-Xmx512m",
+                "-cp",
+                &cp,
+                "dev.haltsql.peers.OpenSearchNode",
+            ])
             .arg(&home)
             .args([http_port.to_string(), transport_port.to_string()]),
         &dir.join("opensearch.log"),
@@ -903,7 +1031,16 @@ fn start_opensearch(dir: &Path, http_port: u16, transport_port: u16) -> Proc {
     let addr: SocketAddr = ([127, 0, 0, 1], http_port).into();
     wait_until("opensearch", 180, || {
         p.assert_running("opensearch");
-        matches!(http(addr, "GET", "/_cluster/health?wait_for_status=yellow&timeout=1s", "", b""), Some((200, _)))
+        matches!(
+            http(
+                addr,
+                "GET",
+                "/_cluster/health?wait_for_status=yellow&timeout=1s",
+                "",
+                b""
+            ),
+            Some((200, _))
+        )
     });
     p
 }
@@ -935,7 +1072,10 @@ fn es_lines(addr: SocketAddr, index: &str, data_stream: bool) -> Vec<String> {
         let mut doc = rest[..end].to_string();
         if data_stream {
             let v: Value = serde_json::from_str(&doc).unwrap();
-            let ts = format!("\"@timestamp\":\"{}\",", v["@timestamp"].as_str().unwrap_or_default());
+            let ts = format!(
+                "\"@timestamp\":\"{}\",",
+                v["@timestamp"].as_str().unwrap_or_default()
+            );
             assert!(doc.starts_with(&format!("{{{ts}")), "{doc}");
             doc = format!("{{{}", &doc[1 + ts.len()..]);
         }
@@ -988,10 +1128,22 @@ fn elasticsearch_sink_index_and_data_stream_survive_an_outage() {
         "template": {"settings": {"number_of_replicas": 0}}
     })
     .to_string();
-    let r = http(addr, "PUT", "/_index_template/haltsql", "Content-Type: application/json\r\n", template.as_bytes());
+    let r = http(
+        addr,
+        "PUT",
+        "/_index_template/haltsql",
+        "Content-Type: application/json\r\n",
+        template.as_bytes(),
+    );
     assert_eq!(r.map(|r| r.0), Some(200));
     let index = serde_json::json!({"settings": {"number_of_replicas": 0}}).to_string();
-    let r = http(addr, "PUT", "/haltsql-audit", "Content-Type: application/json\r\n", index.as_bytes());
+    let r = http(
+        addr,
+        "PUT",
+        "/haltsql-audit",
+        "Content-Type: application/json\r\n",
+        index.as_bytes(),
+    );
     assert_eq!(r.map(|r| r.0), Some(200));
 
     let sinks = format!(
@@ -1086,7 +1238,12 @@ num.partitions=1
         );
         let t = Instant::now();
         run(Command::new("java")
-            .args(["-cp", &kafka_classpath(), "kafka.tools.StorageTool", "format"])
+            .args([
+                "-cp",
+                &kafka_classpath(),
+                "kafka.tools.StorageTool",
+                "format",
+            ])
             .args(["-t", "hAltSqLaUdItTeStCluStr"])
             .arg("-c")
             .arg(&config)
@@ -1110,7 +1267,13 @@ num.partitions=1
         let t = Instant::now();
         let mut p = Proc::start(
             Command::new("java")
-                .args(["-Xms256m", "-Xmx512m", "-cp", &kafka_classpath(), "kafka.Kafka"])
+                .args([
+                    "-Xms256m",
+                    "-Xmx512m",
+                    "-cp",
+                    &kafka_classpath(),
+                    "kafka.Kafka",
+                ])
                 .arg(&self.config),
             &self.dir.join("kafka.log"),
         );
@@ -1159,7 +1322,11 @@ fn kafka_records(port: u16, topic: &str) -> Vec<(i32, String, String)> {
         let mut out = Vec::new();
         for p in t.partitions {
             let pc = c
-                .partition_client(topic, p, rskafka::client::partition::UnknownTopicHandling::Retry)
+                .partition_client(
+                    topic,
+                    p,
+                    rskafka::client::partition::UnknownTopicHandling::Retry,
+                )
                 .await
                 .unwrap();
             let high = pc
@@ -1176,8 +1343,10 @@ fn kafka_records(port: u16, topic: &str) -> Vec<(i32, String, String)> {
                     offset = r.offset + 1;
                     out.push((
                         p,
-                        String::from_utf8_lossy(r.record.key.as_deref().unwrap_or_default()).into_owned(),
-                        String::from_utf8_lossy(r.record.value.as_deref().unwrap_or_default()).into_owned(),
+                        String::from_utf8_lossy(r.record.key.as_deref().unwrap_or_default())
+                            .into_owned(),
+                        String::from_utf8_lossy(r.record.value.as_deref().unwrap_or_default())
+                            .into_owned(),
                     ));
                 }
             }
