@@ -74,6 +74,8 @@ build registry "-X github.com/distribution/distribution/v3/version.version=v3.1.
 build oras "" oras.land/oras/cmd/oras
 # The OIDC tests' issuer: oauth2-proxy/mockoidc over HTTPS (hack/tools/oidc).
 build oidc "" .
+# The gcs audit sink tests' peer.
+build fake-gcs "" github.com/fsouza/fake-gcs-server
 
 # kwok's stage definitions ship in its module; the cluster script passes them with --config.
 if [ -n "${HALTSQL_TOOLS:-}" ] && [[ " $HALTSQL_TOOLS " != *" kwok "* ]]; then

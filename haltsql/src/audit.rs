@@ -6,27 +6,43 @@
 //! first event of a process has `prev` = 64 zeros and `seq` = 1. A reader
 //! can check that no event was removed, changed or reordered within one
 //! process's output by recomputing the chain.
+//!
+//! Local sinks (stdout, file) are written before the decision is answered.
+//! Remote sinks (s3, gcs, elasticsearch, kafka) get the event through a
+//! bounded queue and a delivery task per sink ([`delivery`]), so a slow or
+//! absent peer never holds up a verify answer.
+
+mod delivery;
+mod elasticsearch;
+mod gcs;
+mod kafka;
+mod sinks;
+
+pub use delivery::{Batch, Queue};
+pub use sinks::object_name;
 
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read as _, Write};
 use std::path::PathBuf;
-use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::engine::{Code, Decision};
-use crate::load::AuditSink;
+use crate::load::{AuditSink, DeliveryConfig, FileOrContent};
 
 /// The `prev` of a process's first event.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
 
 #[derive(Debug, Error)]
 pub enum AuditError {
-    #[error("audit sink type {0} is not implemented by this server")]
-    Unsupported(&'static str),
+    #[error("{0} is not implemented by this server")]
+    Unsupported(String),
+    #[error("cannot set up an audit sink: {0}")]
+    Setup(String),
     #[error("cannot open audit file {path}: {source}")]
     Open { path: PathBuf, source: io::Error },
     #[error("cannot write audit event: {0}")]
@@ -42,6 +58,8 @@ enum Sink {
     File(File),
     /// In-memory sink for tests.
     Memory(Vec<String>),
+    /// A remote sink's queue.
+    Remote(Arc<Queue>),
 }
 
 struct Chain {
@@ -54,6 +72,27 @@ struct Chain {
 pub struct AuditLog {
     log_raw_sql: bool,
     chain: Mutex<Chain>,
+    /// The remote sinks, their targets taken by [`AuditLog::start_delivery`].
+    remotes: Vec<(Arc<Queue>, Mutex<Option<sinks::Target>>)>,
+    /// This process's id in object names, document ids and record keys.
+    process: Arc<str>,
+}
+
+/// The running delivery tasks of the remote sinks.
+pub struct Delivery {
+    stop: tokio::sync::watch::Sender<Option<Instant>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Delivery {
+    /// Send what is queued, then stop; events still queued at `deadline`
+    /// are dropped and counted (`reason="shutdown"`).
+    pub async fn flush(self, deadline: Instant) {
+        let _ = self.stop.send(Some(deadline));
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
 }
 
 /// One audit event, as written.
@@ -77,9 +116,25 @@ pub struct Event<'a> {
 impl AuditLog {
     /// Open the configured sinks. Sink types the server does not implement
     /// are refused.
-    pub fn open(log_raw_sql: bool, sinks: &[AuditSink]) -> Result<Self, AuditError> {
+    pub fn open(
+        log_raw_sql: bool,
+        sinks: &[AuditSink],
+        delivery: &DeliveryConfig,
+    ) -> Result<Self, AuditError> {
         let mut out = Vec::new();
-        for s in sinks {
+        let mut remotes = Vec::new();
+        let process: Arc<str> = Arc::from(sinks::process_id().as_str());
+        for (i, s) in sinks.iter().enumerate() {
+            if let Some(target) = sinks::Target::new(s, &process)? {
+                let q = Arc::new(Queue::new(
+                    format!("audit.sinks[{i}]"),
+                    s.type_name(),
+                    delivery,
+                ));
+                out.push(Sink::Remote(Arc::clone(&q)));
+                remotes.push((q, Mutex::new(Some(target))));
+                continue;
+            }
             match s {
                 AuditSink::Stdout => out.push(Sink::Stdout),
                 AuditSink::File { path } => {
@@ -93,10 +148,58 @@ impl AuditLog {
                         })?;
                     out.push(Sink::File(f));
                 }
-                other => return Err(AuditError::Unsupported(other.type_name())),
+                other => {
+                    return Err(AuditError::Unsupported(format!(
+                        "the {} audit sink",
+                        other.type_name()
+                    )));
+                }
             }
         }
-        Ok(Self::with_sinks(log_raw_sql, out))
+        let mut log = Self::with_sinks(log_raw_sql, out);
+        log.remotes = remotes;
+        log.process = process;
+        Ok(log)
+    }
+
+    /// Start the delivery task of each remote sink (once; later calls
+    /// start nothing). Needs a Tokio runtime.
+    pub fn start_delivery(&self) -> Delivery {
+        let (stop, rx) = tokio::sync::watch::channel(None);
+        let mut tasks = Vec::new();
+        for (q, target) in &self.remotes {
+            let taken = target
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(t) = taken {
+                tasks.push(tokio::spawn(delivery::run(
+                    Arc::clone(q),
+                    t,
+                    Arc::clone(&self.process),
+                    rx.clone(),
+                )));
+            }
+        }
+        Delivery { stop, tasks }
+    }
+
+    /// The audit series of `/metrics` (none without remote sinks).
+    pub fn metrics(&self, out: &mut String) {
+        if self.remotes.is_empty() {
+            return;
+        }
+        for (name, kind, help) in delivery::METRICS_HEADER {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        }
+        for (q, _) in &self.remotes {
+            q.metrics(out);
+        }
+    }
+
+    /// This process's id (in object names, document ids, record keys).
+    pub fn process_id(&self) -> &str {
+        &self.process
     }
 
     /// An audit log that keeps its lines in memory (tests, benchmarks).
@@ -112,6 +215,8 @@ impl AuditLog {
                 seq: 0,
                 sinks,
             }),
+            remotes: Vec::new(),
+            process: Arc::from(""),
         }
     }
 
@@ -131,7 +236,8 @@ impl AuditLog {
             sql: self.log_raw_sql.then_some(sql),
             prev: chain.prev.clone(),
         };
-        let line = serde_json::to_string(&event)?;
+        let line: Arc<str> = Arc::from(serde_json::to_string(&event)?);
+        let seq = event.seq;
         for sink in &mut chain.sinks {
             match sink {
                 Sink::Stdout => {
@@ -146,7 +252,8 @@ impl AuditLog {
                     buf.push(b'\n');
                     f.write_all(&buf)?;
                 }
-                Sink::Memory(v) => v.push(line.clone()),
+                Sink::Memory(v) => v.push(line.to_string()),
+                Sink::Remote(q) => q.push(seq, &line),
             }
         }
         chain.prev = hex::encode(Sha256::digest(line.as_bytes()));
@@ -187,6 +294,23 @@ pub fn verify_chain<S: AsRef<str>>(lines: &[S]) -> Result<(), usize> {
         prev = hex::encode(Sha256::digest(line.as_bytes()));
     }
     Ok(())
+}
+
+/// A `FileOrContent` setting's text (a file is read, at most 1 MiB).
+pub fn read_file_or_content(f: &FileOrContent) -> io::Result<String> {
+    match f {
+        FileOrContent::Content(c) => Ok(c.expose().to_string()),
+        FileOrContent::Path(p) => {
+            let mut s = String::new();
+            File::open(p)?.take(1 << 20).read_to_string(&mut s)?;
+            Ok(s)
+        }
+    }
+}
+
+/// `YYYYMMDDTHHMMSS.mmmZ` in UTC: sortable, and safe in object names.
+pub fn rfc3339_compact(t: SystemTime) -> String {
+    rfc3339(t).replace(['-', ':'], "")
 }
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.

@@ -331,6 +331,32 @@ pub struct AuditConfig {
     pub log_raw_sql: bool,
     /// Where events go; default `[stdout]`, never empty.
     pub sinks: Vec<AuditSink>,
+    /// How events reach the remote sinks (s3, gcs, elasticsearch, kafka).
+    pub delivery: DeliveryConfig,
+}
+
+/// `audit.delivery`: the queue and batches of each remote sink.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliveryConfig {
+    /// Events a remote sink's queue holds before new events are dropped
+    /// (and counted); 1 to 1000000, default 10000.
+    pub queue_events: u64,
+    /// Events sent in one batch (object, bulk request, produce request);
+    /// 1 to 10000, default 500.
+    pub batch_events: u64,
+    /// The longest an event waits for its batch to fill, in milliseconds;
+    /// 10 to 60000, default 1000.
+    pub flush_interval_ms: u64,
+}
+
+impl Default for DeliveryConfig {
+    fn default() -> Self {
+        DeliveryConfig {
+            queue_events: 10_000,
+            batch_events: 500,
+            flush_interval_ms: 1000,
+        }
+    }
 }
 
 /// Kafka SASL mechanism.
@@ -694,6 +720,7 @@ pub(crate) fn parse_config(
         None => Some(AuditConfig {
             log_raw_sql: false,
             sinks: vec![AuditSink::Stdout],
+            delivery: DeliveryConfig::default(),
         }),
         Some(n) => parse_audit(session, doc, n),
     };
@@ -1263,11 +1290,15 @@ const SINK_KEYS: &[(&str, &[&str])] = &[
 ];
 
 fn parse_audit(session: &Session<'_>, doc: &mut Doc<'_>, node: &Node) -> Option<AuditConfig> {
-    let m = doc.map(node, "audit", &["log_raw_sql", "sinks"])?;
+    let m = doc.map(node, "audit", &["log_raw_sql", "sinks", "delivery"])?;
     let before = doc.errors.len();
     let log_raw_sql = match m.get("log_raw_sql") {
         None => false,
         Some(n) => doc.bool(n, "audit.log_raw_sql").unwrap_or(false),
+    };
+    let delivery = match m.get("delivery") {
+        None => DeliveryConfig::default(),
+        Some(n) => parse_delivery(doc, n).unwrap_or_default(),
     };
     let mut sinks = Vec::new();
     match m.get("sinks") {
@@ -1294,7 +1325,34 @@ fn parse_audit(session: &Session<'_>, doc: &mut Doc<'_>, node: &Node) -> Option<
             }
         }
     }
-    (doc.errors.len() == before).then_some(AuditConfig { log_raw_sql, sinks })
+    (doc.errors.len() == before).then_some(AuditConfig {
+        log_raw_sql,
+        sinks,
+        delivery,
+    })
+}
+
+fn parse_delivery(doc: &mut Doc<'_>, node: &Node) -> Option<DeliveryConfig> {
+    let m = doc.map(
+        node,
+        "audit.delivery",
+        &["queue_events", "batch_events", "flush_interval_ms"],
+    )?;
+    let d = DeliveryConfig::default();
+    let mut int = |key: &str, default: u64, min: i64, max: i64| match m.get(key) {
+        None => Some(default),
+        Some(v) => doc
+            .int(v, &format!("audit.delivery.{key}"), min, max)
+            .and_then(|v| u64::try_from(v).ok()),
+    };
+    let queue_events = int("queue_events", d.queue_events, 1, 1_000_000);
+    let batch_events = int("batch_events", d.batch_events, 1, 10_000);
+    let flush_interval_ms = int("flush_interval_ms", d.flush_interval_ms, 10, 60_000);
+    Some(DeliveryConfig {
+        queue_events: queue_events?,
+        batch_events: batch_events?,
+        flush_interval_ms: flush_interval_ms?,
+    })
 }
 
 fn bucket_ok(s: &str, max: usize) -> bool {

@@ -35,10 +35,10 @@ pub use bundle::{
     BundleLocation, BundleSource, S3Credentials, SourceAuth, parse_ed25519_public_key,
 };
 pub use config::{
-    AdminConfig, AuditConfig, AuditSink, AuthConfig, ClientAuth, EsTarget, FileOrContent,
-    KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel, LoggingConfig,
-    MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, SaslMechanism, Secret,
-    ServerConfig, TlsConfig, TlsVersion, TokenConfig,
+    AdminConfig, AuditConfig, AuditSink, AuthConfig, ClientAuth, DeliveryConfig, EsTarget,
+    FileOrContent, KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel,
+    LoggingConfig, MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, SaslMechanism,
+    Secret, ServerConfig, TlsConfig, TlsVersion, TokenConfig,
 };
 pub use errors::{LocatedError, ReadError};
 pub use placeholders::EnvSource;

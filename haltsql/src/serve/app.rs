@@ -141,6 +141,7 @@ pub fn metrics_text(state: &AppState) -> String {
     if let Some(b) = &state.bundles {
         b.metrics(&mut out);
     }
+    state.audit.metrics(&mut out);
     out
 }
 

@@ -38,6 +38,10 @@ use auth::{Authenticator, MtlsEntry, OidcEntry, TokenEntry};
 
 /// How long open connections may take to finish after SIGTERM.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(25);
+/// The least time queued audit events get to reach remote sinks at shutdown.
+pub const AUDIT_FLUSH_MIN: Duration = Duration::from_secs(2);
+/// The most time queued audit events get to reach remote sinks at shutdown.
+pub const AUDIT_FLUSH_MAX: Duration = Duration::from_secs(10);
 
 const SERVE_LONG: &str = "\
 Load a Config document (exactly as `haltsql validate` would) and serve the \
@@ -151,11 +155,6 @@ pub fn unsupported_features(config: &LoadedConfig) -> Vec<String> {
             out.push(format!("bundle source {}: {what}", b.name));
         }
     }
-    for s in &config.audit.sinks {
-        if !matches!(s, load::AuditSink::Stdout | load::AuditSink::File { .. }) {
-            out.push(format!("the {} audit sink (audit.sinks)", s.type_name()));
-        }
-    }
     out
 }
 
@@ -202,7 +201,11 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
         config: std::sync::RwLock::new(Arc::clone(&config)),
         reloads: std::sync::Mutex::default(),
         pool: VerifyPool::new(threads)?,
-        audit: AuditLog::open(config.audit.log_raw_sql, &config.audit.sinks)?,
+        audit: AuditLog::open(
+            config.audit.log_raw_sql,
+            &config.audit.sinks,
+            &config.audit.delivery,
+        )?,
         ready: AtomicBool::new(false),
     })
 }
@@ -329,6 +332,7 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
             stop_rx.clone(),
         )));
     }
+    let audit_delivery = state.audit.start_delivery();
     let mut bundle_tasks = match &state.bundles {
         Some(b) => b.spawn(stop_rx.clone()),
         None => Vec::new(),
@@ -356,6 +360,7 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     tracing::info!("shutting down: draining open requests");
     state.ready.store(false, Ordering::Release);
     let _ = stop_tx.send(true);
+    let drain_started = std::time::Instant::now();
     let drain = async {
         for s in servers {
             if let Err(e) = s.await {
@@ -369,6 +374,13 @@ async fn serve(config: LoadedConfig) -> Result<(), ServeError> {
     if tokio::time::timeout(DRAIN_TIMEOUT, drain).await.is_err() {
         tracing::warn!("drain timeout: closing remaining connections");
     }
+    // No request is open any more: send the audit events still queued for
+    // remote sinks, within the drain's time (at least AUDIT_FLUSH_MIN).
+    let now = std::time::Instant::now();
+    let flush_deadline = (drain_started + DRAIN_TIMEOUT).max(now + AUDIT_FLUSH_MIN);
+    audit_delivery
+        .flush(flush_deadline.min(now + AUDIT_FLUSH_MAX))
+        .await;
     state.pool.close();
     tracing::info!("stopped");
     Ok(())

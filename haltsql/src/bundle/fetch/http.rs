@@ -1,6 +1,7 @@
-//! A small HTTP(S) client for the fetchers: one GET or HEAD with a size cap
-//! on the body, a deadline, and redirects (the credentials stay behind when
-//! a redirect leaves the host, and https never redirects to http).
+//! A small HTTP(S) client for the fetchers and the audit sinks: one request
+//! with a size cap on the answer's body, a deadline, and redirects (the
+//! credentials stay behind when a redirect leaves the host, and https never
+//! redirects to http).
 //!
 //! Trusted CAs are the system's, read with `rustls-native-certs`, which also
 //! honours `SSL_CERT_FILE` and `SSL_CERT_DIR`.
@@ -8,7 +9,7 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt as _, Empty, Limited};
+use http_body_util::{BodyExt as _, Full, Limited};
 use hyper::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, LOCATION};
 use hyper::{Method, Request, StatusCode, Uri};
 use hyper_rustls::HttpsConnector;
@@ -40,7 +41,7 @@ impl Resp {
 
 #[derive(Clone)]
 pub struct Http {
-    client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl Http {
@@ -77,9 +78,23 @@ impl Http {
         headers: &[(HeaderName, HeaderValue)],
         limit: u64,
     ) -> Result<Resp, FetchError> {
+        self.send_body(method, url, headers, Bytes::new(), limit)
+            .await
+    }
+
+    /// Sends `method` with `body` to `url` (the body is sent again after a
+    /// redirect); reads at most `limit` body bytes of the answer.
+    pub async fn send_body(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
+        limit: u64,
+    ) -> Result<Resp, FetchError> {
         tokio::time::timeout(
             REQUEST_TIMEOUT,
-            self.send_inner(method, url, headers, limit),
+            self.send_inner(method, url, headers, body, limit),
         )
         .await
         .map_err(|_| FetchError::Network(format!("{url}: no answer within {REQUEST_TIMEOUT:?}")))?
@@ -90,6 +105,7 @@ impl Http {
         method: Method,
         url: &str,
         headers: &[(HeaderName, HeaderValue)],
+        body: Bytes,
         limit: u64,
     ) -> Result<Resp, FetchError> {
         let mut uri: Uri = url
@@ -106,7 +122,7 @@ impl Http {
                 req = req.header(k, v);
             }
             let req = req
-                .body(Empty::new())
+                .body(Full::new(body.clone()))
                 .map_err(|e| FetchError::Url(format!("{uri}: {e}")))?;
             let resp = self
                 .client

@@ -152,6 +152,42 @@ impl S3 {
         self.http.send(Method::GET, &url, &headers, limit).await
     }
 
+    /// A SigV4-signed `PUT` of `body` at `key` (the audit sink's objects).
+    pub async fn put(
+        &self,
+        key: &str,
+        body: bytes::Bytes,
+        content_type: &'static str,
+    ) -> Result<super::http::Resp, FetchError> {
+        let path = format!("{}/{}", self.path_prefix, encode(key, true));
+        let url = format!("{}{path}", self.origin);
+        let creds = self.credentials()?;
+        let payload = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+        let req = sigv4::Request {
+            method: "PUT",
+            host: &self.host,
+            path: &path,
+            query: "",
+            signed: &[("content-type", content_type)],
+        };
+        let signed = sigv4::sign_payload(&req, &creds, &self.region, SystemTime::now(), &payload);
+        let mut headers: Vec<(HeaderName, HeaderValue)> = vec![(
+            hyper::header::CONTENT_TYPE,
+            HeaderValue::from_static(content_type),
+        )];
+        for (k, v) in signed {
+            let name = HeaderName::from_bytes(k.as_bytes())
+                .map_err(|e| FetchError::Protocol(e.to_string()))?;
+            let mut value =
+                HeaderValue::from_str(&v).map_err(|e| FetchError::Protocol(e.to_string()))?;
+            value.set_sensitive(true);
+            headers.push((name, value));
+        }
+        self.http
+            .send_body(Method::PUT, &url, &headers, body, 64 * 1024)
+            .await
+    }
+
     pub async fn fetch(&mut self, known: Option<&str>) -> Result<Fetched, FetchError> {
         let shown = |k: &str| format!("s3 object {k}");
         let r = self.get(&self.key, known, BUNDLE_LIMIT).await?;
