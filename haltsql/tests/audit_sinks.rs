@@ -1114,7 +1114,7 @@ fn json_object_end(s: &str) -> usize {
 }
 
 #[test]
-fn elasticsearch_sink_index_and_data_stream_survive_an_outage() {
+fn elasticsearch_sink_index_data_stream_outage_and_auth_forms() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (hp, tp) = (free_port(), free_port());
@@ -1171,6 +1171,128 @@ fn elasticsearch_sink_index_and_data_stream_survive_an_outage() {
     let v = json_get(addr, "/haltsql-audit/_count");
     let delivered = 135 - s.dropped(1);
     assert_eq!(v["count"].as_u64(), Some(delivered as u64));
+
+    // The auth forms over https: nginx (TLS with a test CA) in front of the
+    // node checks an API key, a bearer token and basic credentials.
+    let pki = pki(dir);
+    let (mut nginx, ports) = es_auth_proxy(dir, &pki, hp);
+    let sinks = format!(
+        "  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-api-key, auth: {{api_key: {ES_API_KEY}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-token, auth: {{type: token, token: {ES_TOKEN}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-basic, auth: {{username: {ES_USER}, password: {ES_PASSWORD}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-wrong, auth: {{api_key: d3Jvbmc6a2V5}}}}
+",
+        ports[0], ports[1], ports[2], ports[0]
+    );
+    let d2 = dir.join("auth");
+    std::fs::create_dir_all(&d2).unwrap();
+    let ca = pki.ca.display().to_string();
+    let a = serve(&d2, &sinks, FLUSH_MS, &[("SSL_CERT_FILE", &ca)]);
+    a.verify(12);
+    for i in 1..=3 {
+        a.wait(&format!("sink {i}: 12 events sent"), 60, |a| {
+            a.sent(i) == 12
+        });
+    }
+    a.wait("the wrong key's events dropped as rejected", 60, |a| {
+        a.metric(
+            "haltsql_audit_events_dropped_total",
+            4,
+            "reason=\"rejected\"",
+        ) == 12.0
+    });
+    let chain = a.chain();
+    for index in ["auth-api-key", "auth-token", "auth-basic"] {
+        let got = check_delivered(index, &chain, &es_lines(addr, index, false));
+        assert_eq!(got, (1..=12).collect::<Vec<u64>>(), "{index}");
+    }
+    let (status, _) = http(addr, "GET", "/auth-wrong/_count", "", b"").unwrap();
+    assert_eq!(status, 404, "nothing got through with the wrong key");
+    assert!(a.proc.log().contains("HTTP 401"), "{}", a.proc.log());
+    nginx.assert_running("nginx");
+}
+
+const ES_API_KEY: &str = "aGFsdHNxbDpzZWNyZXQta2V5";
+const ES_TOKEN: &str = "es-bearer-token";
+const ES_USER: &str = "haltsql";
+const ES_PASSWORD: &str = "es-basic-password";
+
+/// nginx with TLS on three ports in front of `upstream`: the first lets
+/// `Authorization: ApiKey ES_API_KEY` through, the second the bearer
+/// token, the third basic credentials (htpasswd); anything else is 401.
+fn es_auth_proxy(dir: &Path, pki: &Pki, upstream: u16) -> (Proc, [u16; 3]) {
+    let ports = [free_port(), free_port(), free_port()];
+    let n = dir.join("nginx");
+    std::fs::create_dir_all(&n).unwrap();
+    run(Command::new(tool("htpasswd"))
+        .args(["-bcB"])
+        .arg(n.join("htpasswd"))
+        .args([ES_USER, ES_PASSWORD]));
+    let server = |port: u16, check: &str| {
+        format!(
+            "  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    location / {{
+      {check}
+      proxy_pass http://127.0.0.1:{upstream};
+      proxy_set_header Authorization \"\";
+    }}
+  }}
+",
+            cert = pki.cert.display(),
+            key = pki.key.display(),
+        )
+    };
+    let conf = format!(
+        "daemon off;
+master_process off;
+worker_processes 1;
+pid {n}/nginx.pid;
+error_log {n}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+  access_log {n}/access.log;
+  client_body_temp_path {n}/body;
+  proxy_temp_path {n}/proxy;
+  fastcgi_temp_path {n}/fastcgi;
+  uwsgi_temp_path {n}/uwsgi;
+  scgi_temp_path {n}/scgi;
+{}{}{}}}
+",
+        server(
+            ports[0],
+            &format!("if ($http_authorization != \"ApiKey {ES_API_KEY}\") {{ return 401; }}")
+        ),
+        server(
+            ports[1],
+            &format!("if ($http_authorization != \"Bearer {ES_TOKEN}\") {{ return 401; }}")
+        ),
+        server(
+            ports[2],
+            &format!(
+                "auth_basic haltsql; auth_basic_user_file {}/htpasswd;",
+                n.display()
+            )
+        ),
+        n = n.display(),
+    );
+    write(&n.join("nginx.conf"), conf);
+    let mut p = Proc::start(
+        Command::new(tool("nginx"))
+            .arg("-p")
+            .arg(&n)
+            .arg("-e")
+            .arg(n.join("error.log"))
+            .arg("-c")
+            .arg(n.join("nginx.conf")),
+        &dir.join("nginx.log"),
+    );
+    for port in ports {
+        wait_port(port, &mut p, "nginx", 30);
+    }
+    (p, ports)
 }
 
 // ---- Kafka ----
