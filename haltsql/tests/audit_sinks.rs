@@ -565,6 +565,7 @@ fn outage_and_recovery(
     start_peer: &mut dyn FnMut(),
 ) {
     // 1. Everything arrives, in batches.
+    let t = Instant::now();
     s.verify(25);
     for &i in sinks {
         s.wait(&format!("sink {i}: 25 events sent"), 60, |s| {
@@ -584,6 +585,7 @@ fn outage_and_recovery(
         assert_eq!(got, (1..=25).collect::<Vec<u64>>(), "sink {i}");
     }
 
+    eprintln!("delivered: {:?}", t.elapsed());
     // 2. The peer is down: verify answers keep coming, events are dropped
     // once the queue is full, and counted.
     stop_peer();
@@ -607,19 +609,23 @@ fn outage_and_recovery(
         assert_eq!(s.sent(i), 25, "sink {i} sent while its peer was down");
     }
 
+    eprintln!("outage checked: {:?}", t.elapsed());
     // 3. The peer is back: what was queued is delivered, and new events too.
     start_peer();
+    eprintln!("peer back: {:?}", t.elapsed());
     for &i in sinks {
         s.wait(&format!("sink {i}: the queue delivered"), 90, |s| {
             s.queued(i) == 0 && s.sent(i) + s.dropped(i) == 125
         });
     }
+    eprintln!("queue delivered: {:?}", t.elapsed());
     s.verify(10);
     for &i in sinks {
         s.wait(&format!("sink {i}: new events after the outage"), 60, |s| {
             s.sent(i) + s.dropped(i) == 135 && s.queued(i) == 0
         });
     }
+    eprintln!("new events delivered: {:?}", t.elapsed());
     let chain = s.chain();
     assert_eq!(chain.len(), 135);
     for &i in sinks {
