@@ -1309,6 +1309,7 @@ struct Kafka {
     dir: PathBuf,
     plain: u16,
     sasl_ssl: u16,
+    mtls: u16,
 }
 
 const KAFKA_USER: &str = "haltsql";
@@ -1324,7 +1325,8 @@ impl Kafka {
     /// SCRAM-SHA-512 credentials) and writes the config: a plaintext
     /// listener and a SASL_SSL one (SCRAM-SHA-512 and PLAIN).
     fn new(dir: &Path, pki: &Pki) -> Kafka {
-        let (plain, sasl_ssl, controller) = (free_port(), free_port(), free_port());
+        let (plain, sasl_ssl, mtls, controller) =
+            (free_port(), free_port(), free_port(), free_port());
         let data = dir.join("kafka-data");
         let pem = dir.join("kafka-keystore.pem");
         write(
@@ -1342,10 +1344,13 @@ impl Kafka {
                 "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl}
+listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},SSL://127.0.0.1:{mtls},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},SSL://127.0.0.1:{mtls}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+listener.name.ssl.ssl.client.auth=required
+ssl.truststore.type=PEM
+ssl.truststore.location={truststore}
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
@@ -1361,7 +1366,8 @@ auto.create.topics.enable=false
 num.partitions=1
 ",
                 pem.display(),
-                data.display()
+                data.display(),
+                truststore = pki.ca.display(),
             ),
         );
         let t = Instant::now();
@@ -1386,6 +1392,7 @@ num.partitions=1
             dir: dir.to_path_buf(),
             plain,
             sasl_ssl,
+            mtls,
         };
         k.start();
         k
@@ -1407,6 +1414,7 @@ num.partitions=1
         );
         wait_port(self.plain, &mut p, "kafka", 120);
         wait_port(self.sasl_ssl, &mut p, "kafka", 30);
+        wait_port(self.mtls, &mut p, "kafka", 30);
         eprintln!("kafka started in {:?}", t.elapsed());
         self.proc = Some(p);
     }
@@ -1423,6 +1431,44 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A client certificate signed by the test CA: (certificate, key).
+fn client_cert(dir: &Path, pki: &Pki) -> (PathBuf, PathBuf) {
+    let openssl = tool("openssl");
+    let d = dir.join("pki");
+    let (cert, key) = (d.join("client.crt"), d.join("client.key"));
+    run(Command::new(&openssl)
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-subj", "/CN=haltsql-audit"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(d.join("client.csr")));
+    write(
+        &d.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    );
+    run(Command::new(&openssl)
+        .args(["x509", "-req", "-days", "2", "-set_serial", "3"])
+        .arg("-in")
+        .arg(d.join("client.csr"))
+        .arg("-CA")
+        .arg(&pki.ca)
+        .arg("-CAkey")
+        .arg(d.join("ca.key"))
+        .arg("-extfile")
+        .arg(d.join("client.cnf"))
+        .arg("-out")
+        .arg(&cert));
+    (cert, key)
 }
 
 async fn kafka_client(port: u16) -> rskafka::client::Client {
@@ -1489,10 +1535,11 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     let dir = tmp.path();
     let pki = pki(dir);
     let kafka = Arc::new(Mutex::new(Kafka::new(dir, &pki)));
-    let (plain, sasl_ssl) = {
+    let (plain, sasl_ssl, mtls) = {
         let k = kafka.lock().unwrap();
-        (k.plain, k.sasl_ssl)
+        (k.plain, k.sasl_ssl, k.mtls)
     };
+    let client = client_cert(dir, &pki);
     // Three partitions: the sink keeps a process's events in one of them.
     runtime().block_on(async {
         let c = kafka_client(plain).await;
@@ -1501,7 +1548,11 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
             .create_topic(TOPIC, 3, 1, 10_000)
             .await
             .unwrap();
-        for topic in ["haltsql.audit.scram", "haltsql.audit.plain"] {
+        for topic in [
+            "haltsql.audit.scram",
+            "haltsql.audit.plain",
+            "haltsql.audit.mtls",
+        ] {
             c.controller_client()
                 .unwrap()
                 .create_topic(topic, 1, 1, 10_000)
@@ -1522,13 +1573,25 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     topic: haltsql.audit.plain
     tls: {{ca_file: {ca}}}
     sasl: {{mechanism: plain, username: {KAFKA_USER}, password: {KAFKA_PASSWORD}}}
-"
+  - type: kafka
+    brokers: [\"127.0.0.1:{mtls}\"]
+    topic: haltsql.audit.mtls
+    tls: {{ca_file: {ca}, cert_file: {}, key_file: {}}}
+",
+        client.0.display(),
+        client.1.display()
     );
     let d1 = dir.join("serve");
     std::fs::create_dir_all(&d1).unwrap();
     let s = serve(&d1, &sinks, FLUSH_MS, &[]);
     let read = |i: usize| {
-        let topic = ["", TOPIC, "haltsql.audit.scram", "haltsql.audit.plain"][i];
+        let topic = [
+            "",
+            TOPIC,
+            "haltsql.audit.scram",
+            "haltsql.audit.plain",
+            "haltsql.audit.mtls",
+        ][i];
         let records = kafka_records(plain, topic);
         let keys: std::collections::BTreeSet<&str> =
             records.iter().map(|(_, k, _)| k.as_str()).collect();
@@ -1537,7 +1600,7 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     };
     let mut stop = || kafka.lock().unwrap().stop();
     let mut start = || kafka.lock().unwrap().start();
-    outage_and_recovery(&s, &[1, 2, 3], &read, &mut stop, &mut start);
+    outage_and_recovery(&s, &[1, 2, 3, 4], &read, &mut stop, &mut start);
 
     // One partition of the three holds the process's events, in chain
     // order (a retried batch may repeat events, never reorder them).
@@ -1551,17 +1614,20 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
         max = max.max(*s);
     }
 
-    // A wrong password: the broker refuses the login; events are not
-    // delivered, the failures are counted and verify answers still come.
+    // A wrong password, and no client certificate where one is required:
+    // the broker refuses both; nothing is delivered, the failures are
+    // counted and verify answers still come.
     let d2 = dir.join("wrong");
     std::fs::create_dir_all(&d2).unwrap();
     let wrong = format!(
-        "  - type: kafka\n    brokers: [\"127.0.0.1:{sasl_ssl}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n    sasl: {{mechanism: scram-sha-512, username: {KAFKA_USER}, password: wrong}}\n"
+        "  - type: kafka\n    brokers: [\"127.0.0.1:{sasl_ssl}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n    sasl: {{mechanism: scram-sha-512, username: {KAFKA_USER}, password: wrong}}\n  - type: kafka\n    brokers: [\"127.0.0.1:{mtls}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n"
     );
     let w = serve(&d2, &wrong, FLUSH_MS, &[]);
     w.verify(3);
-    w.wait("a refused login counted", 60, |w| {
-        w.metric("haltsql_audit_send_failures_total", 1, "") >= 1.0
-    });
-    assert_eq!(w.sent(1), 0);
+    for i in [1, 2] {
+        w.wait("a refused connection counted", 60, |w| {
+            w.metric("haltsql_audit_send_failures_total", i, "") >= 1.0
+        });
+        assert_eq!(w.sent(i), 0);
+    }
 }
