@@ -18,8 +18,7 @@ mod gcs;
 mod kafka;
 mod sinks;
 
-pub use delivery::{Batch, Queue};
-pub use sinks::object_name;
+use delivery::Queue;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write};
@@ -195,11 +194,6 @@ impl AuditLog {
         for (q, _) in &self.remotes {
             q.metrics(out);
         }
-    }
-
-    /// This process's id (in object names, document ids, record keys).
-    pub fn process_id(&self) -> &str {
-        &self.process
     }
 
     /// An audit log that keeps its lines in memory (tests, benchmarks).

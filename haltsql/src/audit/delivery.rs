@@ -143,16 +143,13 @@ impl Queue {
         }
     }
 
-    pub fn len(&self) -> usize {
+    /// Events waiting.
+    pub fn queued(&self) -> usize {
         self.state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .events
             .len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// `None` when a batch is due now (full, or its oldest event waited the
@@ -243,7 +240,7 @@ impl Queue {
                 v.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(out, "haltsql_audit_queue_events{{{l}}} {}", self.len());
+        let _ = writeln!(out, "haltsql_audit_queue_events{{{l}}} {}", self.queued());
     }
 }
 
@@ -410,7 +407,7 @@ async fn send_with_retry(
                 tracing::warn!(
                     sink = %queue.name,
                     attempt = attempt + 1,
-                    queued = queue.len(),
+                    queued = queue.queued(),
                     error = %message,
                     "audit sink send failed; retrying"
                 );
@@ -457,7 +454,7 @@ mod tests {
         for seq in 1..=5 {
             q.push(seq, &Arc::from(format!("{{\"seq\":{seq}}}").as_str()));
         }
-        assert_eq!(q.len(), 3);
+        assert_eq!(q.queued(), 3);
         assert_eq!(q.stats.dropped_queue_full.load(Ordering::Relaxed), 2);
         let b = q.take().unwrap();
         assert_eq!((b.first_seq(), b.last_seq()), (1, 2));
