@@ -218,8 +218,9 @@ impl AuditLog {
     /// returns; an error means the decision must not be served.
     pub fn record(&self, token: Option<&str>, sql: &str, d: &Decision) -> Result<(), AuditError> {
         let mut chain = self.chain.lock().map_err(|_| AuditError::Poisoned)?;
+        let now = SystemTime::now();
         let event = Event {
-            time: rfc3339(SystemTime::now()),
+            time: rfc3339(now),
             seq: chain.seq + 1,
             token,
             policy: &d.policy,
@@ -247,7 +248,7 @@ impl AuditLog {
                     f.write_all(&buf)?;
                 }
                 Sink::Memory(v) => v.push(line.to_string()),
-                Sink::Remote(q) => q.push(seq, &line),
+                Sink::Remote(q) => q.push(seq, &line, now),
             }
         }
         chain.prev = hex::encode(Sha256::digest(line.as_bytes()));

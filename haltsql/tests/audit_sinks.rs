@@ -1084,6 +1084,7 @@ fn es_lines(addr: SocketAddr, index: &str, data_stream: bool) -> Vec<String> {
             );
             assert!(doc.starts_with(&format!("{{{ts}")), "{doc}");
             doc = format!("{{{}", &doc[1 + ts.len()..]);
+            assert_eq!(v["@timestamp"], v["time"], "@timestamp is the event's time");
         }
         out.push(doc);
         rest = &rest[end..];

@@ -112,9 +112,9 @@ impl Queue {
         }
     }
 
-    /// Queue one event, or drop and count it when the queue is full. Never
-    /// waits for the sink.
-    pub fn push(&self, seq: u64, line: &Arc<str>) {
+    /// Queue one event (`time`: its `time` field), or drop and count it
+    /// when the queue is full. Never waits for the sink.
+    pub fn push(&self, seq: u64, line: &Arc<str>, time: SystemTime) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events.len() >= self.max_events || st.bytes + line.len() > MAX_QUEUE_BYTES {
             drop(st);
@@ -127,7 +127,7 @@ impl Queue {
         st.events.push_back(Queued {
             seq,
             line: Arc::clone(line),
-            time: SystemTime::now(),
+            time,
         });
         if st.oldest.is_none() {
             st.oldest = Some(Instant::now());
@@ -452,7 +452,11 @@ mod tests {
     fn full_queue_drops_and_counts() {
         let q = queue(3, 2);
         for seq in 1..=5 {
-            q.push(seq, &Arc::from(format!("{{\"seq\":{seq}}}").as_str()));
+            q.push(
+                seq,
+                &Arc::from(format!("{{\"seq\":{seq}}}").as_str()),
+                SystemTime::now(),
+            );
         }
         assert_eq!(q.queued(), 3);
         assert_eq!(q.stats.dropped_queue_full.load(Ordering::Relaxed), 2);
@@ -473,10 +477,10 @@ mod tests {
     fn batches_are_due_when_full_or_old() {
         let q = queue(10, 2);
         assert_eq!(q.due_in(false), Some(Duration::MAX));
-        q.push(1, &Arc::from("a"));
+        q.push(1, &Arc::from("a"), SystemTime::now());
         assert!(q.due_in(false).is_some_and(|d| d <= Duration::from_secs(1)));
         assert_eq!(q.due_in(true), None);
-        q.push(2, &Arc::from("b"));
+        q.push(2, &Arc::from("b"), SystemTime::now());
         assert_eq!(q.due_in(false), None);
     }
 
