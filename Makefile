@@ -19,7 +19,7 @@ tools: ## Build kube-apiserver, controller-manager, scheduler, kubectl, kubelet,
 	hack/build-tools.sh
 
 .PHONY: peers
-peers: ## Build or install the bundle tests' peers (registry, oras, s3s-fs, nginx) into bin/.
+peers: ## Build or install the bundle and audit sink tests' peers (registry, oras, s3s-fs, nginx, fake-gcs-server, Kafka, OpenSearch) into bin/.
 	hack/install-peers.sh
 
 .PHONY: build

@@ -35,13 +35,31 @@ if [ ! -x "$s3s_dir/bin/s3s-fs" ]; then
 fi
 ln -sfn "$s3s_dir/bin/s3s-fs" "$bin/s3s-fs"
 
+missing=()
+command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
+command -v openssl >/dev/null || missing+=(openssl)
+command -v htpasswd >/dev/null || missing+=(apache2-utils)
+command -v curl >/dev/null || missing+=(curl)
+# Kafka and OpenSearch run on Java 17 (and are fetched with Maven).
+command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
+command -v mvn >/dev/null || missing+=(maven)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo ">> apt-get install ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
+ln -sfn "$nginx_bin" "$bin/nginx"
+ln -sfn "$(command -v htpasswd)" "$bin/htpasswd"
+ln -sfn "$(command -v openssl)" "$bin/openssl"
+ln -sfn "$(command -v curl)" "$bin/curl"
 # Kafka: the jars of kafka_2.13 and its runtime dependencies, keyed by the pom.
 kafka_pom="$root/hack/tools/kafka/pom.xml"
 kafka_dir="$cache/kafka-$(sha256sum "$kafka_pom" | cut -c1-16)"
 if [ ! -f "$kafka_dir/.complete" ]; then
   echo ">> fetching the Kafka broker's jars into $kafka_dir" >&2
   rm -rf "$kafka_dir.tmp"
-  (cd "$root/hack/tools/kafka" && mvn -B -q dependency:copy-dependencies \
+  (cd "$root/hack/tools/kafka" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$kafka_dir.tmp/libs")
   touch "$kafka_dir.tmp/.complete"
   rm -rf "$kafka_dir"
@@ -55,7 +73,7 @@ os_dir="$cache/opensearch-$(cat "$os_src/pom.xml" "$os_src"/src/main/java/dev/ha
 if [ ! -f "$os_dir/.complete" ]; then
   echo ">> fetching OpenSearch's jars into $os_dir" >&2
   rm -rf "$os_dir.tmp"
-  (cd "$os_src" && mvn -B -q dependency:copy-dependencies \
+  (cd "$os_src" && mvn -B -q -Dstyle.color=never dependency:copy-dependencies \
     -DincludeScope=runtime -DoutputDirectory="$os_dir.tmp/libs")
   javac -nowarn -d "$os_dir.tmp/classes" -cp "$os_dir.tmp/libs/*" \
     "$os_src"/src/main/java/dev/haltsql/peers/*.java
@@ -64,21 +82,5 @@ if [ ! -f "$os_dir/.complete" ]; then
   mv "$os_dir.tmp" "$os_dir"
 fi
 ln -sfn "$os_dir" "$bin/opensearch-node"
-command -v java >/dev/null || { echo "java (17 or later) is needed to run Kafka and OpenSearch" >&2; exit 1; }
 
-missing=()
-command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx-light)
-command -v openssl >/dev/null || missing+=(openssl)
-command -v htpasswd >/dev/null || missing+=(apache2-utils)
-command -v curl >/dev/null || missing+=(curl)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo ">> apt-get install ${missing[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
-nginx_bin=$(command -v nginx || echo /usr/sbin/nginx)
-ln -sfn "$nginx_bin" "$bin/nginx"
-ln -sfn "$(command -v htpasswd)" "$bin/htpasswd"
-ln -sfn "$(command -v openssl)" "$bin/openssl"
-ln -sfn "$(command -v curl)" "$bin/curl"
-echo ">> bundle test peers ready in $bin" >&2
+echo ">> bundle, identity and audit sink test peers ready in $bin" >&2

@@ -45,8 +45,9 @@ export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
 
-# The bundle tests' peers (registry, oras, nginx, s3s-fs): built or installed once per machine.
-echo ">> bundle test peers" >&2
+# The bundle and audit sink tests' peers (registry, oras, nginx, s3s-fs, fake-gcs-server,
+# Kafka, OpenSearch): built or installed once per machine.
+echo ">> bundle and audit sink test peers" >&2
 hack/install-peers.sh
 
 # PostgreSQL judges the verify engine (haltsql/tests/engine_oracle.rs).

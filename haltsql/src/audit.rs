@@ -18,8 +18,7 @@ mod gcs;
 mod kafka;
 mod sinks;
 
-pub use delivery::{Batch, Queue};
-pub use sinks::object_name;
+use delivery::Queue;
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Write};
@@ -197,11 +196,6 @@ impl AuditLog {
         }
     }
 
-    /// This process's id (in object names, document ids, record keys).
-    pub fn process_id(&self) -> &str {
-        &self.process
-    }
-
     /// An audit log that keeps its lines in memory (tests, benchmarks).
     pub fn in_memory(log_raw_sql: bool) -> Self {
         Self::with_sinks(log_raw_sql, vec![Sink::Memory(Vec::new())])
@@ -224,8 +218,9 @@ impl AuditLog {
     /// returns; an error means the decision must not be served.
     pub fn record(&self, token: Option<&str>, sql: &str, d: &Decision) -> Result<(), AuditError> {
         let mut chain = self.chain.lock().map_err(|_| AuditError::Poisoned)?;
+        let now = SystemTime::now();
         let event = Event {
-            time: rfc3339(SystemTime::now()),
+            time: rfc3339(now),
             seq: chain.seq + 1,
             token,
             policy: &d.policy,
@@ -253,7 +248,7 @@ impl AuditLog {
                     f.write_all(&buf)?;
                 }
                 Sink::Memory(v) => v.push(line.to_string()),
-                Sink::Remote(q) => q.push(seq, &line),
+                Sink::Remote(q) => q.push(seq, &line, now),
             }
         }
         chain.prev = hex::encode(Sha256::digest(line.as_bytes()));

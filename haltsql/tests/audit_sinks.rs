@@ -565,6 +565,7 @@ fn outage_and_recovery(
     start_peer: &mut dyn FnMut(),
 ) {
     // 1. Everything arrives, in batches.
+    let t = Instant::now();
     s.verify(25);
     for &i in sinks {
         s.wait(&format!("sink {i}: 25 events sent"), 60, |s| {
@@ -584,6 +585,7 @@ fn outage_and_recovery(
         assert_eq!(got, (1..=25).collect::<Vec<u64>>(), "sink {i}");
     }
 
+    eprintln!("delivered: {:?}", t.elapsed());
     // 2. The peer is down: verify answers keep coming, events are dropped
     // once the queue is full, and counted.
     stop_peer();
@@ -607,19 +609,23 @@ fn outage_and_recovery(
         assert_eq!(s.sent(i), 25, "sink {i} sent while its peer was down");
     }
 
+    eprintln!("outage checked: {:?}", t.elapsed());
     // 3. The peer is back: what was queued is delivered, and new events too.
     start_peer();
+    eprintln!("peer back: {:?}", t.elapsed());
     for &i in sinks {
         s.wait(&format!("sink {i}: the queue delivered"), 90, |s| {
             s.queued(i) == 0 && s.sent(i) + s.dropped(i) == 125
         });
     }
+    eprintln!("queue delivered: {:?}", t.elapsed());
     s.verify(10);
     for &i in sinks {
         s.wait(&format!("sink {i}: new events after the outage"), 60, |s| {
             s.sent(i) + s.dropped(i) == 135 && s.queued(i) == 0
         });
     }
+    eprintln!("new events delivered: {:?}", t.elapsed());
     let chain = s.chain();
     assert_eq!(chain.len(), 135);
     for &i in sinks {
@@ -1078,6 +1084,7 @@ fn es_lines(addr: SocketAddr, index: &str, data_stream: bool) -> Vec<String> {
             );
             assert!(doc.starts_with(&format!("{{{ts}")), "{doc}");
             doc = format!("{{{}", &doc[1 + ts.len()..]);
+            assert_eq!(v["@timestamp"], v["time"], "@timestamp is the event's time");
         }
         out.push(doc);
         rest = &rest[end..];
@@ -1114,7 +1121,7 @@ fn json_object_end(s: &str) -> usize {
 }
 
 #[test]
-fn elasticsearch_sink_index_and_data_stream_survive_an_outage() {
+fn elasticsearch_sink_index_data_stream_outage_and_auth_forms() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let (hp, tp) = (free_port(), free_port());
@@ -1171,6 +1178,128 @@ fn elasticsearch_sink_index_and_data_stream_survive_an_outage() {
     let v = json_get(addr, "/haltsql-audit/_count");
     let delivered = 135 - s.dropped(1);
     assert_eq!(v["count"].as_u64(), Some(delivered as u64));
+
+    // The auth forms over https: nginx (TLS with a test CA) in front of the
+    // node checks an API key, a bearer token and basic credentials.
+    let pki = pki(dir);
+    let (mut nginx, ports) = es_auth_proxy(dir, &pki, hp);
+    let sinks = format!(
+        "  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-api-key, auth: {{api_key: {ES_API_KEY}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-token, auth: {{type: token, token: {ES_TOKEN}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-basic, auth: {{username: {ES_USER}, password: {ES_PASSWORD}}}}}
+  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-wrong, auth: {{api_key: d3Jvbmc6a2V5}}}}
+",
+        ports[0], ports[1], ports[2], ports[0]
+    );
+    let d2 = dir.join("auth");
+    std::fs::create_dir_all(&d2).unwrap();
+    let ca = pki.ca.display().to_string();
+    let a = serve(&d2, &sinks, FLUSH_MS, &[("SSL_CERT_FILE", &ca)]);
+    a.verify(12);
+    for i in 1..=3 {
+        a.wait(&format!("sink {i}: 12 events sent"), 60, |a| {
+            a.sent(i) == 12
+        });
+    }
+    a.wait("the wrong key's events dropped as rejected", 60, |a| {
+        a.metric(
+            "haltsql_audit_events_dropped_total",
+            4,
+            "reason=\"rejected\"",
+        ) == 12.0
+    });
+    let chain = a.chain();
+    for index in ["auth-api-key", "auth-token", "auth-basic"] {
+        let got = check_delivered(index, &chain, &es_lines(addr, index, false));
+        assert_eq!(got, (1..=12).collect::<Vec<u64>>(), "{index}");
+    }
+    let (status, _) = http(addr, "GET", "/auth-wrong/_count", "", b"").unwrap();
+    assert_eq!(status, 404, "nothing got through with the wrong key");
+    assert!(a.proc.log().contains("HTTP 401"), "{}", a.proc.log());
+    nginx.assert_running("nginx");
+}
+
+const ES_API_KEY: &str = "aGFsdHNxbDpzZWNyZXQta2V5";
+const ES_TOKEN: &str = "es-bearer-token";
+const ES_USER: &str = "haltsql";
+const ES_PASSWORD: &str = "es-basic-password";
+
+/// nginx with TLS on three ports in front of `upstream`: the first lets
+/// `Authorization: ApiKey ES_API_KEY` through, the second the bearer
+/// token, the third basic credentials (htpasswd); anything else is 401.
+fn es_auth_proxy(dir: &Path, pki: &Pki, upstream: u16) -> (Proc, [u16; 3]) {
+    let ports = [free_port(), free_port(), free_port()];
+    let n = dir.join("nginx");
+    std::fs::create_dir_all(&n).unwrap();
+    run(Command::new(tool("htpasswd"))
+        .args(["-bcB"])
+        .arg(n.join("htpasswd"))
+        .args([ES_USER, ES_PASSWORD]));
+    let server = |port: u16, check: &str| {
+        format!(
+            "  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    location / {{
+      {check}
+      proxy_pass http://127.0.0.1:{upstream};
+      proxy_set_header Authorization \"\";
+    }}
+  }}
+",
+            cert = pki.cert.display(),
+            key = pki.key.display(),
+        )
+    };
+    let conf = format!(
+        "daemon off;
+master_process off;
+worker_processes 1;
+pid {n}/nginx.pid;
+error_log {n}/error.log warn;
+events {{ worker_connections 64; }}
+http {{
+  access_log {n}/access.log;
+  client_body_temp_path {n}/body;
+  proxy_temp_path {n}/proxy;
+  fastcgi_temp_path {n}/fastcgi;
+  uwsgi_temp_path {n}/uwsgi;
+  scgi_temp_path {n}/scgi;
+{}{}{}}}
+",
+        server(
+            ports[0],
+            &format!("if ($http_authorization != \"ApiKey {ES_API_KEY}\") {{ return 401; }}")
+        ),
+        server(
+            ports[1],
+            &format!("if ($http_authorization != \"Bearer {ES_TOKEN}\") {{ return 401; }}")
+        ),
+        server(
+            ports[2],
+            &format!(
+                "auth_basic haltsql; auth_basic_user_file {}/htpasswd;",
+                n.display()
+            )
+        ),
+        n = n.display(),
+    );
+    write(&n.join("nginx.conf"), conf);
+    let mut p = Proc::start(
+        Command::new(tool("nginx"))
+            .arg("-p")
+            .arg(&n)
+            .arg("-e")
+            .arg(n.join("error.log"))
+            .arg("-c")
+            .arg(n.join("nginx.conf")),
+        &dir.join("nginx.log"),
+    );
+    for port in ports {
+        wait_port(port, &mut p, "nginx", 30);
+    }
+    (p, ports)
 }
 
 // ---- Kafka ----
@@ -1181,6 +1310,7 @@ struct Kafka {
     dir: PathBuf,
     plain: u16,
     sasl_ssl: u16,
+    mtls: u16,
 }
 
 const KAFKA_USER: &str = "haltsql";
@@ -1196,7 +1326,8 @@ impl Kafka {
     /// SCRAM-SHA-512 credentials) and writes the config: a plaintext
     /// listener and a SASL_SSL one (SCRAM-SHA-512 and PLAIN).
     fn new(dir: &Path, pki: &Pki) -> Kafka {
-        let (plain, sasl_ssl, controller) = (free_port(), free_port(), free_port());
+        let (plain, sasl_ssl, mtls, controller) =
+            (free_port(), free_port(), free_port(), free_port());
         let data = dir.join("kafka-data");
         let pem = dir.join("kafka-keystore.pem");
         write(
@@ -1214,10 +1345,13 @@ impl Kafka {
                 "process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{controller}
-listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},CONTROLLER://127.0.0.1:{controller}
-advertised.listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl}
+listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},SSL://127.0.0.1:{mtls},CONTROLLER://127.0.0.1:{controller}
+advertised.listeners=PLAINTEXT://127.0.0.1:{plain},SASL_SSL://127.0.0.1:{sasl_ssl},SSL://127.0.0.1:{mtls}
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT
+listener.name.ssl.ssl.client.auth=required
+ssl.truststore.type=PEM
+ssl.truststore.location={truststore}
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=SCRAM-SHA-512,PLAIN
 listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
@@ -1233,7 +1367,8 @@ auto.create.topics.enable=false
 num.partitions=1
 ",
                 pem.display(),
-                data.display()
+                data.display(),
+                truststore = pki.ca.display(),
             ),
         );
         let t = Instant::now();
@@ -1258,6 +1393,7 @@ num.partitions=1
             dir: dir.to_path_buf(),
             plain,
             sasl_ssl,
+            mtls,
         };
         k.start();
         k
@@ -1279,6 +1415,7 @@ num.partitions=1
         );
         wait_port(self.plain, &mut p, "kafka", 120);
         wait_port(self.sasl_ssl, &mut p, "kafka", 30);
+        wait_port(self.mtls, &mut p, "kafka", 30);
         eprintln!("kafka started in {:?}", t.elapsed());
         self.proc = Some(p);
     }
@@ -1295,6 +1432,44 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
+}
+
+/// A client certificate signed by the test CA: (certificate, key).
+fn client_cert(dir: &Path, pki: &Pki) -> (PathBuf, PathBuf) {
+    let openssl = tool("openssl");
+    let d = dir.join("pki");
+    let (cert, key) = (d.join("client.crt"), d.join("client.key"));
+    run(Command::new(&openssl)
+        .args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-subj", "/CN=haltsql-audit"])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(d.join("client.csr")));
+    write(
+        &d.join("client.cnf"),
+        "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    );
+    run(Command::new(&openssl)
+        .args(["x509", "-req", "-days", "2", "-set_serial", "3"])
+        .arg("-in")
+        .arg(d.join("client.csr"))
+        .arg("-CA")
+        .arg(&pki.ca)
+        .arg("-CAkey")
+        .arg(d.join("ca.key"))
+        .arg("-extfile")
+        .arg(d.join("client.cnf"))
+        .arg("-out")
+        .arg(&cert));
+    (cert, key)
 }
 
 async fn kafka_client(port: u16) -> rskafka::client::Client {
@@ -1361,10 +1536,11 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     let dir = tmp.path();
     let pki = pki(dir);
     let kafka = Arc::new(Mutex::new(Kafka::new(dir, &pki)));
-    let (plain, sasl_ssl) = {
+    let (plain, sasl_ssl, mtls) = {
         let k = kafka.lock().unwrap();
-        (k.plain, k.sasl_ssl)
+        (k.plain, k.sasl_ssl, k.mtls)
     };
+    let client = client_cert(dir, &pki);
     // Three partitions: the sink keeps a process's events in one of them.
     runtime().block_on(async {
         let c = kafka_client(plain).await;
@@ -1373,7 +1549,11 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
             .create_topic(TOPIC, 3, 1, 10_000)
             .await
             .unwrap();
-        for topic in ["haltsql.audit.scram", "haltsql.audit.plain"] {
+        for topic in [
+            "haltsql.audit.scram",
+            "haltsql.audit.plain",
+            "haltsql.audit.mtls",
+        ] {
             c.controller_client()
                 .unwrap()
                 .create_topic(topic, 1, 1, 10_000)
@@ -1394,13 +1574,25 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     topic: haltsql.audit.plain
     tls: {{ca_file: {ca}}}
     sasl: {{mechanism: plain, username: {KAFKA_USER}, password: {KAFKA_PASSWORD}}}
-"
+  - type: kafka
+    brokers: [\"127.0.0.1:{mtls}\"]
+    topic: haltsql.audit.mtls
+    tls: {{ca_file: {ca}, cert_file: {}, key_file: {}}}
+",
+        client.0.display(),
+        client.1.display()
     );
     let d1 = dir.join("serve");
     std::fs::create_dir_all(&d1).unwrap();
     let s = serve(&d1, &sinks, FLUSH_MS, &[]);
     let read = |i: usize| {
-        let topic = ["", TOPIC, "haltsql.audit.scram", "haltsql.audit.plain"][i];
+        let topic = [
+            "",
+            TOPIC,
+            "haltsql.audit.scram",
+            "haltsql.audit.plain",
+            "haltsql.audit.mtls",
+        ][i];
         let records = kafka_records(plain, topic);
         let keys: std::collections::BTreeSet<&str> =
             records.iter().map(|(_, k, _)| k.as_str()).collect();
@@ -1409,7 +1601,7 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     };
     let mut stop = || kafka.lock().unwrap().stop();
     let mut start = || kafka.lock().unwrap().start();
-    outage_and_recovery(&s, &[1, 2, 3], &read, &mut stop, &mut start);
+    outage_and_recovery(&s, &[1, 2, 3, 4], &read, &mut stop, &mut start);
 
     // One partition of the three holds the process's events, in chain
     // order (a retried batch may repeat events, never reorder them).
@@ -1423,17 +1615,20 @@ fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
         max = max.max(*s);
     }
 
-    // A wrong password: the broker refuses the login; events are not
-    // delivered, the failures are counted and verify answers still come.
+    // A wrong password, and no client certificate where one is required:
+    // the broker refuses both; nothing is delivered, the failures are
+    // counted and verify answers still come.
     let d2 = dir.join("wrong");
     std::fs::create_dir_all(&d2).unwrap();
     let wrong = format!(
-        "  - type: kafka\n    brokers: [\"127.0.0.1:{sasl_ssl}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n    sasl: {{mechanism: scram-sha-512, username: {KAFKA_USER}, password: wrong}}\n"
+        "  - type: kafka\n    brokers: [\"127.0.0.1:{sasl_ssl}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n    sasl: {{mechanism: scram-sha-512, username: {KAFKA_USER}, password: wrong}}\n  - type: kafka\n    brokers: [\"127.0.0.1:{mtls}\"]\n    topic: {TOPIC}\n    tls: {{ca_file: {ca}}}\n"
     );
     let w = serve(&d2, &wrong, FLUSH_MS, &[]);
     w.verify(3);
-    w.wait("a refused login counted", 60, |w| {
-        w.metric("haltsql_audit_send_failures_total", 1, "") >= 1.0
-    });
-    assert_eq!(w.sent(1), 0);
+    for i in [1, 2] {
+        w.wait("a refused connection counted", 60, |w| {
+            w.metric("haltsql_audit_send_failures_total", i, "") >= 1.0
+        });
+        assert_eq!(w.sent(i), 0);
+    }
 }

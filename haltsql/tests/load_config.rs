@@ -1579,3 +1579,40 @@ fn s3_and_gcs_sink_forms() {
         ],
     );
 }
+
+#[test]
+fn audit_delivery_defaults_and_ranges() {
+    let f = Fixture::pod();
+    let c = f.config(&sinks("  - {type: stdout}\n"));
+    assert_eq!(c.audit.delivery, load::DeliveryConfig::default());
+    assert_eq!(
+        (
+            c.audit.delivery.queue_events,
+            c.audit.delivery.batch_events,
+            c.audit.delivery.flush_interval_ms
+        ),
+        (10_000, 500, 1000)
+    );
+    let c = f.config(&with(
+        "audit:\n  delivery: {queue_events: 50, batch_events: 10, flush_interval_ms: 200}\n",
+    ));
+    assert_eq!(
+        c.audit.delivery,
+        load::DeliveryConfig {
+            queue_events: 50,
+            batch_events: 10,
+            flush_interval_ms: 200,
+        }
+    );
+    check(
+        &with(
+            "audit:\n  delivery: {queue_events: 0, batch_events: 10001, flush_interval_ms: 5, batch: 1}\n",
+        ),
+        &[
+            "config.yaml:13:28: audit.delivery.queue_events: out of range, expected 1 to 1000000",
+            "config.yaml:13:45: audit.delivery.batch_events: out of range, expected 1 to 10000",
+            "config.yaml:13:71: audit.delivery.flush_interval_ms: out of range, expected 10 to 60000",
+            "config.yaml:13:74: audit.delivery.batch: unknown key, expected one of: queue_events, batch_events, flush_interval_ms",
+        ],
+    );
+}

@@ -112,9 +112,9 @@ impl Queue {
         }
     }
 
-    /// Queue one event, or drop and count it when the queue is full. Never
-    /// waits for the sink.
-    pub fn push(&self, seq: u64, line: &Arc<str>) {
+    /// Queue one event (`time`: its `time` field), or drop and count it
+    /// when the queue is full. Never waits for the sink.
+    pub fn push(&self, seq: u64, line: &Arc<str>, time: SystemTime) {
         let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if st.events.len() >= self.max_events || st.bytes + line.len() > MAX_QUEUE_BYTES {
             drop(st);
@@ -127,7 +127,7 @@ impl Queue {
         st.events.push_back(Queued {
             seq,
             line: Arc::clone(line),
-            time: SystemTime::now(),
+            time,
         });
         if st.oldest.is_none() {
             st.oldest = Some(Instant::now());
@@ -143,16 +143,13 @@ impl Queue {
         }
     }
 
-    pub fn len(&self) -> usize {
+    /// Events waiting.
+    pub fn queued(&self) -> usize {
         self.state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .events
             .len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// `None` when a batch is due now (full, or its oldest event waited the
@@ -243,7 +240,7 @@ impl Queue {
                 v.load(Ordering::Relaxed)
             );
         }
-        let _ = writeln!(out, "haltsql_audit_queue_events{{{l}}} {}", self.len());
+        let _ = writeln!(out, "haltsql_audit_queue_events{{{l}}} {}", self.queued());
     }
 }
 
@@ -410,7 +407,7 @@ async fn send_with_retry(
                 tracing::warn!(
                     sink = %queue.name,
                     attempt = attempt + 1,
-                    queued = queue.len(),
+                    queued = queue.queued(),
                     error = %message,
                     "audit sink send failed; retrying"
                 );
@@ -455,9 +452,13 @@ mod tests {
     fn full_queue_drops_and_counts() {
         let q = queue(3, 2);
         for seq in 1..=5 {
-            q.push(seq, &Arc::from(format!("{{\"seq\":{seq}}}").as_str()));
+            q.push(
+                seq,
+                &Arc::from(format!("{{\"seq\":{seq}}}").as_str()),
+                SystemTime::now(),
+            );
         }
-        assert_eq!(q.len(), 3);
+        assert_eq!(q.queued(), 3);
         assert_eq!(q.stats.dropped_queue_full.load(Ordering::Relaxed), 2);
         let b = q.take().unwrap();
         assert_eq!((b.first_seq(), b.last_seq()), (1, 2));
@@ -476,10 +477,10 @@ mod tests {
     fn batches_are_due_when_full_or_old() {
         let q = queue(10, 2);
         assert_eq!(q.due_in(false), Some(Duration::MAX));
-        q.push(1, &Arc::from("a"));
+        q.push(1, &Arc::from("a"), SystemTime::now());
         assert!(q.due_in(false).is_some_and(|d| d <= Duration::from_secs(1)));
         assert_eq!(q.due_in(true), None);
-        q.push(2, &Arc::from("b"));
+        q.push(2, &Arc::from("b"), SystemTime::now());
         assert_eq!(q.due_in(false), None);
     }
 

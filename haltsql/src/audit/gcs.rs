@@ -77,7 +77,7 @@ impl Gcs {
                 _ if emulator.is_some() => None,
                 _ => {
                     return Err(AuditError::Unsupported(
-                        "the gcs audit sink without credentials_file or GOOGLE_APPLICATION_CREDENTIALS (the metadata server is not supported)"
+                        "the gcs audit sink with the metadata server's credentials (set credentials_file or GOOGLE_APPLICATION_CREDENTIALS)"
                             .to_string(),
                     ));
                 }

@@ -20,6 +20,11 @@ use super::read_file_or_content;
 use super::sinks::SendError;
 use crate::load::{FileOrContent, KafkaSasl, KafkaTls, SaslMechanism};
 
+/// Deadline of a connect or a produce request. rskafka retries inside it
+/// (reconnecting, following a moved leader); past it the delivery task
+/// counts a failure and backs off.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub struct Kafka {
     brokers: Vec<String>,
     topic: String,
@@ -63,7 +68,7 @@ impl Kafka {
                 init_backoff: Duration::from_millis(100),
                 max_backoff: Duration::from_secs(2),
                 base: 2.0,
-                deadline: Some(Duration::from_secs(10)),
+                deadline: Some(Duration::from_secs(5)),
             });
         if let Some(t) = &self.tls {
             b = b.tls_config(Arc::clone(t));
@@ -101,7 +106,10 @@ impl Kafka {
 
     pub async fn send(&mut self, batch: &Batch) -> Result<(), SendError> {
         if self.conn.is_none() {
-            self.conn = Some(self.connect().await?);
+            let c = tokio::time::timeout(ATTEMPT_TIMEOUT, self.connect())
+                .await
+                .map_err(|_| SendError::Transient("connect: no answer within 10s".into()))??;
+            self.conn = Some(c);
         }
         let Some((_, pc)) = &self.conn else {
             return Err(SendError::Transient("not connected".into()));
@@ -122,9 +130,18 @@ impl Kafka {
                 }
             })
             .collect();
-        match pc.produce(records, Compression::NoCompression).await {
-            Ok(_) => Ok(()),
-            Err(e) => {
+        let produced = tokio::time::timeout(
+            ATTEMPT_TIMEOUT,
+            pc.produce(records, Compression::NoCompression),
+        )
+        .await;
+        match produced {
+            Ok(Ok(_)) => Ok(()),
+            Err(_) => {
+                self.conn = None;
+                Err(SendError::Transient("produce: no answer within 10s".into()))
+            }
+            Ok(Err(e)) => {
                 // Reconnect on the next attempt (leader moves, broker restarts).
                 self.conn = None;
                 let text = e.to_string();
