@@ -397,6 +397,14 @@ async fn kill_run(
         row.violations
             .push(format!("{panics} panics in the operator logs ({phase:?})"));
     }
+    // A kill in the middle of a validation leaves its private directory;
+    // the restarted operator removes it.
+    let left = entries(&tmp);
+    if left > 0 {
+        row.violations.push(format!(
+            "{phase:?}: {left} validator temp dirs left after the restart"
+        ));
+    }
     row.violations.extend(
         report
             .violations
