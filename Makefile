@@ -105,6 +105,10 @@ loadtest: ## haltsql serve under slow connections and 16 MiB bodies while wrk me
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
 
+.PHONY: chaos
+chaos: tools ## The fault suite: operator kills, API server and etcd restarts, validator faults, with invariants checked all along (own cluster; tables on stdout).
+	hack/chaos.sh
+
 .PHONY: fuzz
 fuzz: ## The verify engine for longer: PostgreSQL oracle with FUZZ_QUERIES SQLsmith queries (20000), property tests with FUZZ_CASES cases (20000).
 	hack/fuzz.sh

@@ -5,7 +5,9 @@
 #
 #   hack/cluster.sh up [full|envtest|node]   start (idempotent) and wait until ready
 #   hack/cluster.sh down [full|envtest|node] stop exactly the processes it started, remove state
-#   hack/cluster.sh status [full|envtest|node]
+#   hack/cluster.sh status [full|envtest|node|chaos]
+#   hack/cluster.sh stop MODE COMPONENT [SIGNAL]  stop one component by its recorded pid
+#                                        (SIGTERM by default); `up MODE` starts it again
 #   hack/cluster.sh load node FILE.tar...    import image archives into the node's containerd
 #   hack/cluster.sh check-clean node         list (and fail on) anything a node run left behind
 #
@@ -13,6 +15,10 @@
 #          with one fake Node; kubeconfig at .cluster/kubeconfig.
 # envtest: etcd and kube-apiserver only (no controllers: tests write Deployment
 #          status themselves); kubeconfig at .cluster/envtest/kubeconfig.
+# chaos:   like full, for the fault suite (tests/chaos.rs), which restarts its
+#          kube-apiserver and etcd: its own ports and state (.cluster/chaos), an
+#          audit log of writes (logs/audit.log) and etcd compaction every 10 s
+#          (so a watch resumed after an outage may get 410 Gone).
 # node:    a real node (needs root): the full control plane plus containerd,
 #          kubelet and kube-proxy, pods on a bridge in 198.18.0.0/24; see
 #          hack/cluster-node.sh. Kubeconfig at .cluster/node/kubeconfig.
@@ -31,7 +37,8 @@ case "$mode" in
   full)    etcd_port=$((12379 + offset)); api_port=$((16443 + offset)) ;;
   envtest) etcd_port=$((22379 + offset)); api_port=$((26443 + offset)) ;;
   node)    etcd_port=$((32379 + offset)); api_port=$((36443 + offset)) ;;
-  *) echo "unknown cluster mode: $mode (full, envtest or node)" >&2; exit 2 ;;
+  chaos)   etcd_port=$((42379 + offset)); api_port=$((46443 + offset)) ;;
+  *) echo "unknown cluster mode: $mode (full, envtest, node or chaos)" >&2; exit 2 ;;
 esac
 # The node's pods reach the API server through the kubernetes Service, so it
 # listens on the node's own address (on lo) instead of 127.0.0.1.
@@ -41,14 +48,20 @@ pki="$state/pki"
 logs="$state/logs"
 kubeconfig="$state/kubeconfig"
 components=(etcd kube-apiserver)
-[ "$mode" = full ] && components+=(kube-controller-manager kube-scheduler kwok)
+[ "$mode" = full ] || [ "$mode" = chaos ] && components+=(kube-controller-manager kube-scheduler kwok)
 [ "$mode" = node ] && components+=(kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
 
 log() { echo ">> [$mode] $*" >&2; }
 
+pid_running() { # pid_running PID: alive and not a zombie (this machine's init reaps slowly)
+  kill -0 "$1" 2>/dev/null || return 1
+  local st; st=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1)
+  [ "$st" != Z ]
+}
+
 alive() { # alive NAME: the recorded process is still running
   local pidfile="$state/$1.pid"
-  [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null
+  [ -f "$pidfile" ] && pid_running "$(cat "$pidfile")"
 }
 
 start() { # start NAME CMD...: run in the background, record the pid, log to logs/NAME.log
@@ -119,6 +132,10 @@ KC
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
 apiserver_mode_flags=(--service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none --authorization-mode RBAC)
+if [ "$mode" = chaos ]; then
+  apiserver_mode_flags+=(--audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$logs/audit.log"
+    --audit-log-maxsize 200 --etcd-compaction-interval 10s)
+fi
 if [ "$mode" = node ]; then
   # shellcheck source=hack/cluster-node.sh
   source "$root/hack/cluster-node.sh"
@@ -133,6 +150,21 @@ up() {
   make_pki
   [ "$mode" = node ] && node_pki
   write_kubeconfig
+  if [ "$mode" = chaos ]; then
+    # Writes (not reads, not leases, not events) with who made them: the fault
+    # suite checks that two operator replicas never write at once.
+    cat >"$state/audit-policy.yaml" <<'AUDIT'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  resources: [{group: coordination.k8s.io, resources: [leases]}, {group: "", resources: [events]}, {group: events.k8s.io, resources: [events]}]
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+AUDIT
+  fi
   [ "$mode" = full ] && ln -sfn "full/kubeconfig" "$root/.cluster/kubeconfig"
 
   start etcd "$bin/etcd" --name "haltsql-$mode" --data-dir "$state/etcd" \
@@ -155,7 +187,7 @@ up() {
     --v=1
   wait_for "kube-apiserver /readyz" 120 kubectl get --raw /readyz
 
-  if [ "$mode" = full ] || [ "$mode" = node ]; then
+  if [ "$mode" = full ] || [ "$mode" = node ] || [ "$mode" = chaos ]; then
     start kube-controller-manager "$bin/kube-controller-manager" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 \
@@ -171,7 +203,7 @@ up() {
   fi
   if [ "$mode" = node ]; then
     node_up
-  elif [ "$mode" = full ]; then
+  elif [ "$mode" = full ] || [ "$mode" = chaos ]; then
     local stages=()
     for f in "$bin"/kwok-stages/*.yaml; do stages+=(--config "$f"); done
     start kwok "$bin/kwok" --kubeconfig "$kubeconfig" \
@@ -212,6 +244,16 @@ down() {
   log "stopped"
 }
 
+stop_component() { # stop_component NAME [SIGNAL]: stop one component by its recorded pid
+  local name=$1 signal=${2:-TERM}
+  alive "$name" || { log "$name is not running"; return 0; }
+  local pid; pid=$(cat "$state/$name.pid")
+  kill "-$signal" "-$pid" 2>/dev/null || kill "-$signal" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do pid_running "$pid" || break; sleep 0.1; done
+  if pid_running "$pid"; then kill -KILL "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; fi
+  log "$name stopped (SIG$signal)"
+}
+
 status() {
   for name in "${components[@]}"; do
     if alive "$name"; then echo "$name: running (pid $(cat "$state/$name.pid"))"; else echo "$name: stopped"; fi
@@ -222,6 +264,7 @@ case "$cmd" in
   up) up ;;
   down) down ;;
   status) status ;;
+  stop) [ $# -ge 1 ] || { echo "usage: $0 stop MODE COMPONENT [SIGNAL]" >&2; exit 2; }; stop_component "$@" ;;
   load) [ "$mode" = node ] || { echo "load: only the node mode runs images" >&2; exit 2; }; node_load "$@" ;;
   check-clean) [ "$mode" = node ] || { echo "check-clean: only for the node mode" >&2; exit 2; }; node_check_clean ;;
   *) echo "usage: $0 up|down|status [full|envtest|node] | load node FILE.tar... | check-clean node" >&2; exit 2 ;;

@@ -9,6 +9,7 @@ stop_clusters() {
   hack/cluster.sh down full >/dev/null 2>&1 || true
   hack/cluster.sh down envtest >/dev/null 2>&1 || true
   hack/cluster.sh down node >/dev/null 2>&1 || true
+  hack/cluster.sh down chaos >/dev/null 2>&1 || true
 }
 started=()
 cleanup() {
@@ -31,19 +32,22 @@ echo ">> images" >&2
 hack/images.sh
 
 # Clusters this run starts are stopped at the end; ones already running are reused.
-for mode in full envtest node; do
+for mode in full envtest node chaos; do
   # Capture first: under pipefail, grep -q closing the pipe early would make a
   # running cluster look stopped (and this run would stop it at the end).
   cluster_status=$(hack/cluster.sh status "$mode")
   if [[ $cluster_status != *"kube-apiserver: running"* ]]; then started+=("$mode"); fi
   hack/cluster.sh up "$mode"
 done
-for mode in full envtest; do
+for mode in full envtest chaos; do
   bin/kubectl --kubeconfig "$root/.cluster/$mode/kubeconfig" apply --server-side --force-conflicts -f crds/ >/dev/null
 done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
+# The fault suite's own cluster (tests/chaos.rs restarts its API server and
+# etcd); `make test` runs its short form, `make chaos` the full one.
+export HALTSQL_CHAOS_KUBECONFIG="$root/.cluster/chaos/kubeconfig"
 
 # The bundle and audit sink tests' peers (registry, oras, nginx, s3s-fs, fake-gcs-server,
 # Kafka, OpenSearch): built or installed once per machine.

@@ -126,6 +126,16 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
 
+    // A run killed in the middle of a validation (OOM, SIGKILL) left its
+    // private directory behind; in a pod, /tmp outlives the container.
+    let removed = haltsql_operator::policy::remove_stale_private_dirs(&std::env::temp_dir());
+    if removed > 0 {
+        info!(
+            removed,
+            "removed validation directories an earlier run left behind"
+        );
+    }
+
     let mut settings = Settings::new(args.haltsql_binary.clone());
     settings.watch_namespaces = args.namespaces();
     settings.rollout_deadline = Duration::from_secs(args.rollout_deadline_seconds);

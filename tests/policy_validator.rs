@@ -401,6 +401,37 @@ async fn processes_the_validator_starts_go_with_it() {
     f.assert_clean();
 }
 
+#[test]
+fn directories_of_a_killed_run_are_removed_at_start() {
+    let f = Fixture::new();
+    // A pid nobody has: above every pid in /proc.
+    let dead = (1..=4_194_304u32)
+        .rev()
+        .find(|p| !std::path::Path::new(&format!("/proc/{p}")).exists())
+        .unwrap();
+    let own = std::process::id();
+    let mk = |name: &str| {
+        let p = f.root.join(name);
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join("policy.yaml"), "x").unwrap();
+        p
+    };
+    let stale = mk(&format!("haltsql-validate-{dead}-0-0"));
+    let earlier_self = mk(&format!("haltsql-validate-{own}-3-1f"));
+    let live = mk("haltsql-validate-1-0-0");
+    let other = mk("something-else");
+    let target = mk("target");
+    std::os::unix::fs::symlink(&target, f.root.join(format!("haltsql-validate-{dead}-9-9")))
+        .unwrap();
+    assert_eq!(
+        haltsql_operator::policy::remove_stale_private_dirs(&f.root),
+        2
+    );
+    assert!(!stale.exists() && !earlier_self.exists());
+    assert!(live.exists(), "a running process's directory stays");
+    assert!(other.exists() && target.join("policy.yaml").exists());
+}
+
 #[tokio::test]
 async fn exit_2_signal_and_garbage_are_errors() {
     let f = Fixture::new();

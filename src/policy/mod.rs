@@ -16,4 +16,4 @@ pub use reconcile::{
     Error, Judgement, error_policy, invalid_spec, judge, policies_affected_by,
     policies_referenced_by, reconcile,
 };
-pub use validator::{Validator, Verdict};
+pub use validator::{Validator, Verdict, remove_stale_private_dirs};

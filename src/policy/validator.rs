@@ -262,6 +262,47 @@ impl Validator {
     }
 }
 
+/// Prefix of every private directory (`haltsql-validate-<pid>-<n>-<nanos>`).
+const PRIVATE_DIR_PREFIX: &str = "haltsql-validate-";
+
+/// Removes the private directories an earlier run of the operator left in
+/// `root` because it was killed in the middle of a validation: those whose
+/// pid is no running process's, or this process's own (an earlier container
+/// of the same pod, whose pids start over; this process has made none yet).
+/// Call it once, before any validation. Returns how many it removed.
+pub fn remove_stale_private_dirs(root: &Path) -> usize {
+    let own = std::process::id();
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PRIVATE_DIR_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid != own && Path::new("/proc").join(pid.to_string()).exists() {
+            continue;
+        }
+        // A directory, not a symlink to one (file_type does not follow links).
+        if !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        match std::fs::remove_dir_all(entry.path()) {
+            Ok(()) => removed += 1,
+            Err(e) => {
+                debug!(error = %e, dir = %entry.path().display(), "cannot remove a stale private directory")
+            }
+        }
+    }
+    removed
+}
+
 /// The process group of one validator run (its leader's pid), killed on drop.
 struct ProcessGroup(Option<rustix::process::Pid>);
 
@@ -535,7 +576,7 @@ impl PrivateDir {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.subsec_nanos());
             let path = root.join(format!(
-                "haltsql-validate-{}-{}-{nanos:08x}",
+                "{PRIVATE_DIR_PREFIX}{}-{}-{nanos:08x}",
                 std::process::id(),
                 COUNTER.fetch_add(1, Ordering::Relaxed)
             ));

@@ -139,6 +139,10 @@ pub async fn collect_config_maps(
     }
     let cached = cached_uses(c.replica_sets, namespace, server);
     if candidates.iter().all(|cand| cached.contains(&cand.uses)) {
+        debug!(
+            candidates = candidates.len(),
+            "every other ConfigMap is used by a cached ReplicaSet"
+        );
         return Ok(0);
     }
 

@@ -133,6 +133,8 @@ pub struct Options {
     pub haltsql_binary: PathBuf,
     pub rust_log: String,
     pub extra_args: Vec<String>,
+    /// Environment variables on top of the minimal one (`TMPDIR`, say).
+    pub env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -147,6 +149,7 @@ impl Options {
             rust_log: std::env::var("HALTSQL_TEST_OPERATOR_LOG")
                 .unwrap_or_else(|_| "info,haltsql_operator=debug".to_owned()),
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -191,6 +194,7 @@ impl OperatorProcess {
         .env("KUBECONFIG", &options.kubeconfig)
         .env("RUST_LOG", &options.rust_log)
         .env("HOME", dir.path())
+        .envs(options.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(log);
