@@ -169,6 +169,10 @@ reason_enum!(
         NameConflict,
         /// Not rendered (for example while policies are not ready).
         NotRendered,
+        /// Rendered, but writing an owned object keeps failing (the API
+        /// server or an admission webhook refuses it); the last good
+        /// configuration stays and the write is retried with backoff.
+        ApplyFailed,
     }
 );
 
@@ -398,7 +402,7 @@ mod tests {
                     .map(|r| r.as_str())
                     .collect::<Vec<_>>()
             ),
-            "Rendered,InvalidConfig,NameConflict,NotRendered"
+            "Rendered,InvalidConfig,NameConflict,NotRendered,ApplyFailed"
         );
         assert_eq!(
             names(

@@ -20,7 +20,7 @@ use super::collect::{Collect, collect_config_maps};
 use super::events::transition_events;
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
-use crate::api::{AppliedPolicy, HaltSQLServer};
+use crate::api::{AppliedPolicy, HaltSQLServer, HaltSQLServerStatus};
 use crate::context::{Context, object_key};
 use crate::metrics::ControllerKind;
 use crate::render::{self, PolicyInput, Rendered, SPEC_HASH_ANNOTATION};
@@ -83,7 +83,6 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
     ctx.wait_for_stores().await;
     let namespace = server.namespace().ok_or(Error::NotNamespaced)?;
     let uid = server.uid().ok_or(Error::NoUid)?;
-    let name = server.name_any();
 
     // Fail closed: nothing is re-rendered unless every referenced policy is valid.
     let outcome = match gate_policies(server, &ctx.policies) {
@@ -92,20 +91,17 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
             Outcome::PoliciesNotReady { reason, message }
         }
         PolicyGate::Open(policies) => {
-            render_and_apply(server, &policies, ctx, &namespace, &uid).await?
+            match render_and_apply(server, &policies, ctx, &namespace, &uid).await {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    report_lasting_apply_failure(server, ctx, &namespace, &uid, &error).await;
+                    return Err(error);
+                }
+            }
         }
     };
 
-    let deployment = cached(&ctx.owned.deployments, &namespace, &name)
-        .filter(|d| apply::controlled_by(&d.metadata, &uid));
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let status = compute_status(
-        server,
-        deployment.as_deref(),
-        &outcome,
-        render::selector_string(&name),
-        &now,
-    );
+    let status = status_after(server, ctx, &namespace, &uid, &outcome);
     if server.status.as_ref() != Some(&status) {
         patch_status(
             &ctx.client,
@@ -125,6 +121,68 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
         }
     }
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// The status this pass's outcome and the Deployment this server controls call for.
+fn status_after(
+    server: &HaltSQLServer,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+    outcome: &Outcome,
+) -> HaltSQLServerStatus {
+    let name = server.name_any();
+    let deployment = cached(&ctx.owned.deployments, namespace, &name)
+        .filter(|d| apply::controlled_by(&d.metadata, uid));
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    compute_status(
+        server,
+        deployment.as_deref(),
+        outcome,
+        render::selector_string(&name),
+        &now,
+    )
+}
+
+/// Failed writes in a row after which the server's status says so: one
+/// failure is retried quietly, a refusal that lasts is reported.
+const REPORT_APPLY_FAILURE_AFTER: u32 = 3;
+
+/// When writing the owned objects keeps failing (not a 409, which the next
+/// pass resolves), says so in `ConfigRendered`, best effort: the status write
+/// may be refused too, and the caller's error drives the retry either way.
+async fn report_lasting_apply_failure(
+    server: &HaltSQLServer,
+    ctx: &Context,
+    namespace: &str,
+    uid: &str,
+    error: &Error,
+) {
+    let key = object_key(Some(namespace), &server.name_any());
+    // error_policy records this failure after we return.
+    if error.is_conflict() || ctx.server_backoff.failures(&key) + 1 < REPORT_APPLY_FAILURE_AFTER {
+        return;
+    }
+    let outcome = Outcome::ApplyFailed {
+        message: format!(
+            "Writing an owned object keeps failing; the last good configuration stays and the write is retried: {error}"
+        ),
+    };
+    let status = status_after(server, ctx, namespace, uid, &outcome);
+    if server.status.as_ref() == Some(&status) {
+        return;
+    }
+    if let Err(status_error) = patch_status(
+        &ctx.client,
+        server,
+        server.status.as_ref(),
+        &status,
+        &ctx.metrics,
+    )
+    .await
+    {
+        debug!(error = %status_error, "cannot report the failed write in the status");
+    }
 }
 
 /// Renders the server and applies every owned object whose spec changed,

@@ -66,6 +66,8 @@ pub enum Outcome {
     InvalidConfig { message: String },
     /// An owned name is taken by an object this server does not control.
     NameConflict { message: String },
+    /// Rendered, but writing an owned object failed several times in a row.
+    ApplyFailed { message: String },
     /// Rendered and applied (or already up to date); `rolled` when a new
     /// Deployment spec was applied in this pass.
     Rendered {
@@ -120,6 +122,11 @@ pub fn compute_status(
         Outcome::NameConflict { message } => DesiredCondition::new(
             ConditionStatus::False,
             ConfigRenderedReason::NameConflict,
+            message.clone(),
+        ),
+        Outcome::ApplyFailed { message } => DesiredCondition::new(
+            ConditionStatus::False,
+            ConfigRenderedReason::ApplyFailed,
             message.clone(),
         ),
         Outcome::Rendered { checksum, .. } => DesiredCondition::new(

@@ -1004,6 +1004,421 @@ async fn slow_run(env: &Env, rng: &mut Rng, row: &mut Row) {
     ));
 }
 
+// ---- scenario 4b: the API server refusing (500 and 429 answers) -----------
+
+/// The ServiceAccount the refused operator runs as: API Priority and Fairness
+/// classifies requests by the authenticated user (impersonation does not
+/// change it, and the admin's `system:masters` is exempt).
+const REFUSED_ACCOUNT: &str = "haltsql-operator-refused";
+
+/// The ServiceAccount whose requests hold the refused priority level's one
+/// seat (a priority level without shares still runs one request at a time).
+const SEAT_HOLDER: &str = "haltsql-chaos-seat-holder";
+
+/// Writes to `out` a copy of the kubeconfig `source` that authenticates with `token`.
+fn token_kubeconfig(source: &Path, out: PathBuf, token: &str) -> PathBuf {
+    let text = std::fs::read_to_string(source).unwrap();
+    let mut config: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+    for entry in config["users"].as_sequence_mut().unwrap() {
+        entry["user"] = serde_yaml::from_str(&format!("token: {token}")).unwrap();
+    }
+    std::fs::write(&out, serde_yaml::to_string(&config).unwrap()).unwrap();
+    out
+}
+
+async fn client_from(kubeconfig: &Path) -> kube::Client {
+    let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .unwrap();
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Deletes the cluster-scoped objects a run made, whatever happened.
+struct ClusterScoped(Vec<(&'static str, String)>);
+
+impl Drop for ClusterScoped {
+    fn drop(&mut self) {
+        for (kind, name) in &self.0 {
+            let _ = support::kubectl_for(Cluster::Chaos)
+                .args(["delete", kind, name, "--ignore-not-found", "--wait=false"])
+                .output();
+        }
+    }
+}
+
+/// Sum of the API server's metric `name` over the series whose labels
+/// contain `label` (its /metrics, read with the admin client).
+async fn apiserver_metric(client: &kube::Client, name: &str, label: &str) -> f64 {
+    let request = http::Request::get("/metrics").body(Vec::new()).unwrap();
+    let text = client.request_text(request).await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn apply_json<K>(api: &Api<K>, name: &str, object: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let params = kube::api::PatchParams::apply("haltsql-chaos").force();
+    api.patch(name, &params, &kube::api::Patch::Apply(&object))
+        .await
+        .unwrap_or_else(|e| panic!("apply {name}: {e}"));
+}
+
+async fn server_reasons(client: &kube::Client, ns: &str) -> Vec<String> {
+    let servers: Api<HaltSQLServer> = Api::namespaced(client.clone(), ns);
+    let Ok(list) = servers.list(&Default::default()).await else {
+        return Vec::new();
+    };
+    list.items
+        .iter()
+        .filter_map(|s| {
+            let status = s.status.as_ref()?;
+            let (st, reason) = support::condition(&status.conditions, "ConfigRendered")?;
+            Some(format!("{st}/{reason}"))
+        })
+        .collect()
+}
+
+/// An admission webhook nobody answers (failurePolicy Fail) makes the API
+/// server answer 500 to every write of the namespace's ConfigMaps and
+/// Deployments; then a priority level with no seats (API Priority and
+/// Fairness, limitResponse Reject) makes it answer 429 to every request of
+/// the operator's ServiceAccount. Each lasts 20 s during a rollout.
+async fn refused_run(env: &Env, row: &mut Row) {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    use k8s_openapi::api::core::v1::{ConfigMap, ServiceAccount};
+    use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
+    use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+
+    let ns = env.namespace("chaos-refused").await;
+    let c = &env.client;
+    let binding = format!("haltsql-chaos-refused-{}", ns.name);
+    let webhook = format!("haltsql-chaos-refuse-{}", ns.name);
+    let level = webhook.clone();
+    let _cleanup = ClusterScoped(vec![
+        ("clusterrolebinding", binding.clone()),
+        ("validatingwebhookconfiguration", webhook.clone()),
+        ("flowschema", level.clone()),
+        ("flowschema", format!("{level}-holder")),
+        ("prioritylevelconfiguration", level.clone()),
+    ]);
+    let accounts: Api<ServiceAccount> = Api::namespaced(c.clone(), &ns.name);
+    for account in [REFUSED_ACCOUNT, SEAT_HOLDER] {
+        accounts
+            .create(
+                &Default::default(),
+                &serde_json::from_value(serde_json::json!({"metadata": {"name": account}}))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    apply_json(
+        &Api::<ClusterRoleBinding>::all(c.clone()),
+        &binding,
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": binding},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"kind": "ServiceAccount", "name": REFUSED_ACCOUNT, "namespace": ns.name},
+                         {"kind": "ServiceAccount", "name": SEAT_HOLDER, "namespace": ns.name}]
+        }),
+    )
+    .await;
+    let token = |account: &'static str| {
+        let accounts = accounts.clone();
+        async move {
+            accounts
+                .create_token_request(
+                    account,
+                    &Default::default(),
+                    &serde_json::from_value(
+                        serde_json::json!({"spec": {"expirationSeconds": 3600}}),
+                    )
+                    .unwrap(),
+                )
+                .await
+                .unwrap()
+                .status
+                .and_then(|s| s.token)
+                .expect("the API server issues a token")
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let proxy = proxy::Proxy::start(env.api).await;
+    let proxied = env.proxied_kubeconfig(dir.path(), proxy.port);
+    let kubeconfig = token_kubeconfig(
+        &proxied,
+        dir.path().join("kubeconfig-operator"),
+        &token(REFUSED_ACCOUNT).await,
+    );
+    let holder_kubeconfig = token_kubeconfig(
+        &env.kubeconfig,
+        dir.path().join("kubeconfig-holder"),
+        &token(SEAT_HOLDER).await,
+    );
+    let mut op = Operator::new(operator_options(&ns.name, kubeconfig, &tmp));
+    let check = checker::Checker::start(c.clone(), &ns.name, op.pid.clone());
+    let mut w = Workload::standard(&ns.name);
+    op.start().await;
+    w.create(c).await;
+    wait_converged(&w, c).await;
+    let hold = Duration::from_secs(20);
+
+    // 500: every write of a ConfigMap or Deployment in the namespace fails.
+    let webhooks: Api<ValidatingWebhookConfiguration> = Api::all(c.clone());
+    apply_json(
+        &webhooks,
+        &webhook,
+        serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": webhook},
+            "webhooks": [{
+                "name": "refuse.chaos.haltsql.dev",
+                // Port 1 on loopback: nothing listens, the call fails at once.
+                "clientConfig": {"url": "https://127.0.0.1:1/refuse"},
+                "rules": [{"apiGroups": ["", "apps"], "apiVersions": ["v1"],
+                           "operations": ["CREATE", "UPDATE", "DELETE"],
+                           "resources": ["configmaps", "deployments"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                "failurePolicy": "Fail", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 2
+            }]
+        }),
+    )
+    .await;
+    // The metric names the webhook, not its configuration.
+    let webhook_label = "name=\"refuse.chaos.haltsql.dev\"";
+    let refused_before = apiserver_metric(
+        c,
+        "apiserver_admission_webhook_rejection_count",
+        webhook_label,
+    )
+    .await;
+    let started = Instant::now();
+    w.edit(
+        c,
+        "orders",
+        workload::document("orders-agent", &["id", "status", "total_cents"], None),
+    )
+    .await;
+    // The refusal lasts: both servers must say so in ConfigRendered.
+    support::eventually("ConfigRendered=False/ApplyFailed", CONVERGE, || async {
+        let reasons = server_reasons(c, &ns.name).await;
+        (reasons.len() == 2 && reasons.iter().all(|r| r == "False/ApplyFailed")).then_some(())
+    })
+    .await;
+    let reported_after = started.elapsed();
+    tokio::time::sleep(hold.saturating_sub(started.elapsed())).await;
+    let refused = apiserver_metric(
+        c,
+        "apiserver_admission_webhook_rejection_count",
+        webhook_label,
+    )
+    .await
+        - refused_before;
+    let outage = started.elapsed();
+    webhooks
+        .delete(&webhook, &Default::default())
+        .await
+        .unwrap();
+    let back = Instant::now();
+    wait_converged(&w, c).await;
+    row.converge.push(back.elapsed());
+    let rate = refused / outage.as_secs_f64();
+    row.outage.push(format!(
+        "500: {refused:.0} refused writes in {:.0} s ({rate:.1}/s)",
+        outage.as_secs_f64()
+    ));
+    // Backoff per server (1 s doubling): a handful of writes, not a loop.
+    if rate > 2.0 {
+        row.violations.push(format!(
+            "{rate:.1} writes per second while the API server answered 500"
+        ));
+    }
+    row.notes.push(format!(
+        "500: ConfigRendered=False/ApplyFailed on both servers {:.1} s after the edit",
+        reported_after.as_secs_f64()
+    ));
+
+    // 429: the operator's ServiceAccount gets a priority level without
+    // shares (flow control still runs one request of it at a time) that
+    // rejects rather than queues, and the seat holder keeps that one seat
+    // busy with creates a webhook holds for 30 s (its address accepts TCP
+    // connections and never answers).
+    let hanging = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hanging_port = hanging.local_addr().unwrap().port();
+    apply_json(
+        &webhooks,
+        &webhook,
+        serde_json::json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+            "metadata": {"name": webhook},
+            "webhooks": [{
+                "name": "hold.chaos.haltsql.dev",
+                "clientConfig": {"url": format!("https://127.0.0.1:{hanging_port}/hold")},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["configmaps"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
+                "objectSelector": {"matchLabels": {"haltsql.dev/chaos-seat-holder": "true"}},
+                "failurePolicy": "Fail", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "timeoutSeconds": 30
+            }]
+        }),
+    )
+    .await;
+    let levels: Api<PriorityLevelConfiguration> = Api::all(c.clone());
+    let schemas: Api<FlowSchema> = Api::all(c.clone());
+    apply_json(
+        &levels,
+        &level,
+        serde_json::json!({
+            "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": level},
+            "spec": {"type": "Limited", "limited": {
+                "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+                "limitResponse": {"type": "Reject"}
+            }}
+        }),
+    )
+    .await;
+    // One flow schema per account, so the metrics tell the operator's
+    // rejections from the seat holder's.
+    let holder_schema = format!("{level}-holder");
+    for (schema, account) in [(&level, REFUSED_ACCOUNT), (&holder_schema, SEAT_HOLDER)] {
+        apply_json(
+            &schemas,
+            schema,
+            serde_json::json!({
+                "apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+                "metadata": {"name": schema},
+                "spec": {
+                    "priorityLevelConfiguration": {"name": level},
+                    "matchingPrecedence": 100,
+                    "distinguisherMethod": {"type": "ByUser"},
+                    "rules": [{
+                        "subjects": [{"kind": "ServiceAccount",
+                                      "serviceAccount": {"name": account, "namespace": ns.name}}],
+                        "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                                           "namespaces": ["*"], "clusterScope": true}],
+                        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]
+                    }]
+                }
+            }),
+        )
+        .await;
+    }
+    // Two loops: one holds the seat, the other, refused, shows it is held.
+    let holder_client = client_from(&holder_kubeconfig).await;
+    let holders: Vec<_> = (0..2)
+        .map(|_| {
+            let config_maps: Api<ConfigMap> = Api::namespaced(holder_client.clone(), &ns.name);
+            tokio::spawn(async move {
+                let held: ConfigMap = serde_json::from_value(serde_json::json!({"metadata": {
+                    "generateName": "seat-", "labels": {"haltsql.dev/chaos-seat-holder": "true"}}}))
+                .unwrap();
+                loop {
+                    // Held 30 s by the webhook, or refused at once while the
+                    // seat is busy (429) or the settings are not in force yet.
+                    let _ = config_maps.create(&Default::default(), &held).await;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+        })
+        .collect();
+    let schema_label = format!("flow_schema=\"{level}\"");
+    let holder_label = format!("flow_schema=\"{holder_schema}\"");
+    // The API server applies flow control settings within a second or so;
+    // the seat is held once the holder's own requests are being rejected.
+    support::eventually("the seat holder holding the seat", CONVERGE, || async {
+        (apiserver_metric(
+            c,
+            "apiserver_flowcontrol_rejected_requests_total",
+            &holder_label,
+        )
+        .await
+            > 0.0)
+            .then_some(())
+    })
+    .await;
+    let rejected_before = apiserver_metric(
+        c,
+        "apiserver_flowcontrol_rejected_requests_total",
+        &schema_label,
+    )
+    .await;
+    let started = Instant::now();
+    w.edit(
+        c,
+        "p1",
+        workload::document("agent-1", &["id", "status"], None),
+    )
+    .await;
+    // Every watch must start again through the refusals.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    proxy.cut_all();
+    tokio::time::sleep(hold).await;
+    let rejected = apiserver_metric(
+        c,
+        "apiserver_flowcontrol_rejected_requests_total",
+        &schema_label,
+    )
+    .await
+        - rejected_before;
+    let outage = started.elapsed();
+    for holder in holders {
+        holder.abort();
+    }
+    for schema in [&level, &holder_schema] {
+        schemas.delete(schema, &Default::default()).await.unwrap();
+    }
+    levels.delete(&level, &Default::default()).await.unwrap();
+    webhooks
+        .delete(&webhook, &Default::default())
+        .await
+        .unwrap();
+    drop(hanging);
+    let back = Instant::now();
+    wait_converged(&w, c).await;
+    row.converge.push(back.elapsed());
+    if rejected < 1.0 {
+        row.violations
+            .push("no request of the operator was answered 429".to_owned());
+    }
+    let rate = rejected / outage.as_secs_f64();
+    row.outage.push(format!(
+        "429: {rejected:.0} requests rejected in {:.0} s ({rate:.1}/s)",
+        outage.as_secs_f64()
+    ));
+    // Every watch and every retry backs off: no tight loop.
+    if rate > 10.0 {
+        row.violations.push(format!(
+            "{rate:.1} requests per second while the API server answered 429"
+        ));
+    }
+
+    let (panics, _) = op.scan_logs("");
+    let report = check.finish(c, &ns.name).await;
+    op.stop();
+    row.runs += 1;
+    row.faults += 2;
+    if panics > 0 {
+        row.violations
+            .push(format!("{panics} panics in the operator log"));
+    }
+    row.violations.extend(report.violations);
+    row.notes.push(format!(
+        "converge: from the end of each refusal to the final state; {} checker rounds, max RSS {} KiB",
+        report.rounds, report.max_rss_kib
+    ));
+}
+
 // ---- scenario 6: the validator misbehaves for some policies ---------------
 
 /// The hanging validator's `sleep` argument: unusual, and distinct per run,
@@ -1285,6 +1700,16 @@ async fn fault_suite() {
         }
         report(
             "the API server slow (200 ms per chunk) and every connection cut each second",
+            row,
+        );
+    }
+    if selected("refused") {
+        let mut row = Row::default();
+        for _ in 0..runs(1, 2) {
+            refused_run(&env, &mut row).await;
+        }
+        report(
+            "the API server refusing: 500 from a failing admission webhook, then 429 from flow control",
             row,
         );
     }
