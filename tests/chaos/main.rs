@@ -47,6 +47,13 @@ fn selected(scenario: &str) -> bool {
     std::env::var("HALTSQL_CHAOS_ONLY").map_or(true, |only| only.split(',').any(|s| s == scenario))
 }
 
+/// Writes straight to the process's stderr, past the test harness's capture
+/// (which takes `eprint!`), so `make test` shows the seed and the tables.
+fn show(text: &str) {
+    use std::io::Write as _;
+    let _ = std::io::stderr().write_all(text.as_bytes());
+}
+
 /// `HALTSQL_CHAOS_KEEP_LOGS=DIR` keeps every operator process's log there.
 fn keep_log(pid: u32, log: &str) {
     if let Some(dir) = std::env::var_os("HALTSQL_CHAOS_KEEP_LOGS") {
@@ -69,7 +76,7 @@ impl Rng {
                     .as_nanos() as u64
                     | 1
             });
-        eprintln!("chaos: HALTSQL_CHAOS_SEED={seed}");
+        show(&format!("chaos: HALTSQL_CHAOS_SEED={seed}\n"));
         Rng(seed)
     }
 
@@ -257,8 +264,7 @@ fn print_table(name: &str, row: &Row) {
     for n in &row.notes {
         out.push_str(&format!("  {n}\n"));
     }
-    // Past the test harness's capture, so `make test` shows it.
-    eprint!("{out}");
+    show(&out);
 }
 
 async fn wait_converged(w: &Workload, client: &kube::Client) -> Fingerprint {
@@ -1734,11 +1740,11 @@ async fn fault_suite() {
         );
     }
 
-    eprintln!(
-        "chaos: {} form took {:.0} s",
+    show(&format!(
+        "chaos: {} form took {:.0} s\n",
         if full { "full" } else { "short" },
         started.elapsed().as_secs_f64()
-    );
+    ));
     assert!(
         failed.is_empty(),
         "invariant violations:\n{}",
