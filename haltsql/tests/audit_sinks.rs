@@ -18,16 +18,22 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_haltsql");
+#[path = "common/kit.rs"]
+mod kit;
+
+use kit::{
+    Pki, Proc, free_port, http, pki, run, serve_proc, sha256_hex, start_s3s, tool, wait_port,
+    wait_ready, wait_until, write,
+};
+
 const TOKEN: &str = "audit-agent-token";
 const SQL: &str = "SELECT id FROM app.orders LIMIT 1";
 /// `audit.delivery` of the tests: small, so that an outage fills the queue.
@@ -35,195 +41,6 @@ const QUEUE: usize = 50;
 const BATCH: usize = 10;
 const FLUSH_MS: u64 = 200;
 const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| panic!("no workspace root"))
-}
-
-/// A peer from bin/ (fails, not skips, when it is missing).
-fn tool(name: &str) -> PathBuf {
-    let p = repo_root().join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run hack/install-peers.sh (make test does)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
-}
-
-fn write(path: &Path, content: impl AsRef<[u8]>) {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-    }
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A child process, killed (by its pid) when dropped.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(cmd: &mut Command, log: &Path) -> Proc {
-        let f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .unwrap_or_else(|e| panic!("log: {e}"));
-        let f2 = f.try_clone().unwrap_or_else(|e| panic!("log: {e}"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(f2)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        Proc {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// SIGTERM, then the exit code.
-    fn terminate(&mut self) -> Option<i32> {
-        let mut c = self.child.take()?;
-        // Our own child, not yet reaped: its pid cannot have been reused.
-        let _ = Command::new("kill")
-            .args(["-TERM", &c.id().to_string()])
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            if let Ok(Some(s)) = c.try_wait() {
-                return s.code();
-            }
-            if Instant::now() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn assert_running(&mut self, what: &str) {
-        if let Some(c) = &mut self.child
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            panic!("{what} exited with {status}:\n{}", self.log());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn wait_port(port: u16, p: &mut Proc, what: &str, secs: u64) {
-    wait_until(what, secs, || {
-        p.assert_running(what);
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-}
-
-/// One plain HTTP/1.1 request: (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &[u8],
-) -> Option<(u16, Vec<u8>)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
-    let mut req =
-        format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}");
-    if method == "POST" || method == "PUT" {
-        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    s.write_all(body).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let status = head.split_whitespace().nth(1)?.parse().ok()?;
-    let mut body = raw[split + 4..].to_vec();
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        body = dechunk(&body);
-    }
-    Some((status, body))
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let Some(eol) = b.windows(2).position(|w| w == b"\r\n") else {
-            return out;
-        };
-        let size = usize::from_str_radix(
-            String::from_utf8_lossy(&b[..eol])
-                .split(';')
-                .next()
-                .unwrap_or("0")
-                .trim(),
-            16,
-        )
-        .unwrap_or(0);
-        if size == 0 || b.len() < eol + 2 + size {
-            return out;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + size]);
-        b = &b[(eol + 4 + size).min(b.len())..];
-    }
-}
 
 fn json_get(addr: SocketAddr, path: &str) -> Value {
     let (status, body) =
@@ -235,76 +52,6 @@ fn json_get(addr: SocketAddr, path: &str) -> Value {
         String::from_utf8_lossy(&body)
     );
     serde_json::from_slice(&body).unwrap_or_else(|e| panic!("GET {path}: {e}"))
-}
-
-fn sha256_hex(b: &[u8]) -> String {
-    hex::encode(Sha256::digest(b))
-}
-
-// ---- test CA (openssl) ----
-
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    let openssl = tool("openssl");
-    let d = dir.join("pki");
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    let ca = d.join("ca.crt");
-    run(Command::new(&openssl)
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-days", "2", "-subj", "/CN=haltsql audit test CA"])
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-        .arg("-keyout")
-        .arg(d.join("ca.key"))
-        .arg("-out")
-        .arg(&ca));
-    run(Command::new(&openssl)
-        .args([
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-subj", "/CN=localhost"])
-        .arg("-keyout")
-        .arg(d.join("srv.key"))
-        .arg("-out")
-        .arg(d.join("srv.csr")));
-    write(
-        &d.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
-    );
-    run(Command::new(&openssl)
-        .args(["x509", "-req", "-days", "2", "-set_serial", "2"])
-        .arg("-in")
-        .arg(d.join("srv.csr"))
-        .arg("-CA")
-        .arg(&ca)
-        .arg("-CAkey")
-        .arg(d.join("ca.key"))
-        .arg("-extfile")
-        .arg(d.join("ext.cnf"))
-        .arg("-out")
-        .arg(d.join("srv.crt")));
-    Pki {
-        ca,
-        cert: d.join("srv.crt"),
-        key: d.join("srv.key"),
-    }
 }
 
 // ---- haltsql serve ----
@@ -351,12 +98,7 @@ audit:
     );
     let path = dir.join("config.yaml");
     write(&path, &config);
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--config"]).arg(&path);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let proc = Proc::start(&mut cmd, &dir.join("serve.log"));
+    let proc = serve_proc(&path, &dir.join("serve.log"), env);
     let mut s = Serve {
         proc,
         api,
@@ -410,19 +152,7 @@ impl Serve {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            self.proc.assert_running("haltsql serve");
-            if let Some((200, _)) = http(self.health, "GET", "/readyz", "", b"") {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "haltsql serve not ready\n{}",
-                self.proc.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ready(&mut self.proc, self.health);
     }
 
     /// Sends `n` verify requests; each must be answered 200. Returns the
@@ -655,18 +385,6 @@ fn outage_and_recovery(
 const S3_KEY: &str = "haltsql-audit-key";
 const S3_SECRET: &str = "haltsql-audit-secret-0123456789";
 
-fn start_s3s(dir: &Path, port: u16) -> Proc {
-    let mut p = Proc::start(
-        Command::new(tool("s3s-fs"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", S3_KEY, "--secret-key", S3_SECRET])
-            .arg(dir.join("s3")),
-        &dir.join("s3s-fs.log"),
-    );
-    wait_port(port, &mut p, "s3s-fs", 30);
-    p
-}
-
 /// The objects under `bucket/prefix` in the s3s-fs folder.
 fn s3_objects(dir: &Path, bucket: &str, prefix: &str) -> Vec<(String, String)> {
     let root = dir.join("s3").join(bucket);
@@ -688,7 +406,7 @@ fn s3_sink_batches_survives_an_outage_and_flushes_at_shutdown() {
     let dir = tmp.path();
     std::fs::create_dir_all(dir.join("s3/audit")).unwrap();
     let port = free_port();
-    let s3 = Arc::new(Mutex::new(Some(start_s3s(dir, port))));
+    let s3 = Arc::new(Mutex::new(Some(start_s3s(dir, port, S3_KEY, S3_SECRET))));
     let sink = format!(
         "  - type: s3\n    bucket: audit\n    prefix: haltsql/\n    region: us-east-1\n    endpoint: http://127.0.0.1:{port}\n    credentials: {{source: static, access_key_id: {S3_KEY}, secret_access_key: {S3_SECRET}}}\n"
     );
@@ -701,7 +419,7 @@ fn s3_sink_batches_survives_an_outage_and_flushes_at_shutdown() {
             p.stop();
         }
     };
-    let mut start = || *s3.lock().unwrap() = Some(start_s3s(dir, port));
+    let mut start = || *s3.lock().unwrap() = Some(start_s3s(dir, port, S3_KEY, S3_SECRET));
     outage_and_recovery(&s, &[1], &read, &mut stop, &mut start);
 
     // SIGTERM sends what is queued: with a one-minute flush interval,
@@ -1012,6 +730,14 @@ fn gcs_sink_with_a_service_account_key_survives_an_outage() {
 
 // ---- Elasticsearch _bulk (an OpenSearch node) ----
 
+/// A peer on the machine's Java: `main` from the classpath `cp`, with a
+/// heap small enough for the JVM peers of tests running side by side.
+fn java(cp: &str, main: &str) -> Command {
+    let mut cmd = Command::new("java");
+    cmd.args(["-Xms256m", "-Xmx512m", "-cp", cp, main]);
+    cmd
+}
+
 fn start_opensearch(dir: &Path, http_port: u16, transport_port: u16) -> Proc {
     let node = tool("opensearch-node");
     let cp = format!(
@@ -1022,14 +748,7 @@ fn start_opensearch(dir: &Path, http_port: u16, transport_port: u16) -> Proc {
     let home = dir.join("opensearch");
     std::fs::create_dir_all(&home).unwrap();
     let mut p = Proc::start(
-        Command::new("java")
-            .args([
-                "-Xms256m",
-                "-Xmx512m",
-                "-cp",
-                &cp,
-                "dev.haltsql.peers.OpenSearchNode",
-            ])
+        java(&cp, "dev.haltsql.peers.OpenSearchNode")
             .arg(&home)
             .args([http_port.to_string(), transport_port.to_string()]),
         &dir.join("opensearch.log"),
@@ -1181,7 +900,7 @@ fn elasticsearch_sink_index_data_stream_outage_and_auth_forms() {
 
     // The auth forms over https: nginx (TLS with a test CA) in front of the
     // node checks an API key, a bearer token and basic credentials.
-    let pki = pki(dir);
+    let pki = pki(dir, "haltsql audit test CA");
     let (mut nginx, ports) = es_auth_proxy(dir, &pki, hp);
     let sinks = format!(
         "  - {{type: elasticsearch, url: \"https://127.0.0.1:{}\", index: auth-api-key, auth: {{api_key: {ES_API_KEY}}}}}
@@ -1252,22 +971,8 @@ fn es_auth_proxy(dir: &Path, pki: &Pki, upstream: u16) -> (Proc, [u16; 3]) {
             key = pki.key.display(),
         )
     };
-    let conf = format!(
-        "daemon off;
-master_process off;
-worker_processes 1;
-pid {n}/nginx.pid;
-error_log {n}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log {n}/access.log;
-  client_body_temp_path {n}/body;
-  proxy_temp_path {n}/proxy;
-  fastcgi_temp_path {n}/fastcgi;
-  uwsgi_temp_path {n}/uwsgi;
-  scgi_temp_path {n}/scgi;
-{}{}{}}}
-",
+    let servers = format!(
+        "{}{}{}",
         server(
             ports[0],
             &format!("if ($http_authorization != \"ApiKey {ES_API_KEY}\") {{ return 401; }}")
@@ -1283,19 +988,8 @@ http {{
                 n.display()
             )
         ),
-        n = n.display(),
     );
-    write(&n.join("nginx.conf"), conf);
-    let mut p = Proc::start(
-        Command::new(tool("nginx"))
-            .arg("-p")
-            .arg(&n)
-            .arg("-e")
-            .arg(n.join("error.log"))
-            .arg("-c")
-            .arg(n.join("nginx.conf")),
-        &dir.join("nginx.log"),
-    );
+    let mut p = kit::nginx(dir, &servers);
     for port in ports {
         wait_port(port, &mut p, "nginx", 30);
     }
@@ -1402,15 +1096,7 @@ num.partitions=1
     fn start(&mut self) {
         let t = Instant::now();
         let mut p = Proc::start(
-            Command::new("java")
-                .args([
-                    "-Xms256m",
-                    "-Xmx512m",
-                    "-cp",
-                    &kafka_classpath(),
-                    "kafka.Kafka",
-                ])
-                .arg(&self.config),
+            java(&kafka_classpath(), "kafka.Kafka").arg(&self.config),
             &self.dir.join("kafka.log"),
         );
         wait_port(self.plain, &mut p, "kafka", 120);
@@ -1435,41 +1121,13 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 /// A client certificate signed by the test CA: (certificate, key).
-fn client_cert(dir: &Path, pki: &Pki) -> (PathBuf, PathBuf) {
-    let openssl = tool("openssl");
-    let d = dir.join("pki");
-    let (cert, key) = (d.join("client.crt"), d.join("client.key"));
-    run(Command::new(&openssl)
-        .args([
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-subj", "/CN=haltsql-audit"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(d.join("client.csr")));
-    write(
-        &d.join("client.cnf"),
+fn client_cert(pki: &Pki) -> (PathBuf, PathBuf) {
+    pki.issue(
+        "client",
+        "/CN=haltsql-audit",
         "basicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
-    );
-    run(Command::new(&openssl)
-        .args(["x509", "-req", "-days", "2", "-set_serial", "3"])
-        .arg("-in")
-        .arg(d.join("client.csr"))
-        .arg("-CA")
-        .arg(&pki.ca)
-        .arg("-CAkey")
-        .arg(d.join("ca.key"))
-        .arg("-extfile")
-        .arg(d.join("client.cnf"))
-        .arg("-out")
-        .arg(&cert));
-    (cert, key)
+        3,
+    )
 }
 
 async fn kafka_client(port: u16) -> rskafka::client::Client {
@@ -1534,13 +1192,13 @@ fn kafka_records(port: u16, topic: &str) -> Vec<(i32, String, String)> {
 fn kafka_sink_plaintext_and_sasl_over_tls_survive_a_broker_restart() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let pki = pki(dir);
+    let pki = pki(dir, "haltsql audit test CA");
     let kafka = Arc::new(Mutex::new(Kafka::new(dir, &pki)));
     let (plain, sasl_ssl, mtls) = {
         let k = kafka.lock().unwrap();
         (k.plain, k.sasl_ssl, k.mtls)
     };
-    let client = client_cert(dir, &pki);
+    let client = client_cert(&pki);
     // Three partitions: the sink keeps a process's events in one of them.
     runtime().block_on(async {
         let c = kafka_client(plain).await;

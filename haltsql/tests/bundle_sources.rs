@@ -8,231 +8,24 @@
 //! by their pid when it ends. Poll intervals are the minimum the config
 //! allows (10 s), so the tests run in parallel and take about a minute.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_haltsql");
+#[path = "common/kit.rs"]
+mod kit;
+
+use kit::{
+    BIN, Pki, Proc, free_port, http_text, mkdir, pki, publish, run, serve_proc, sha256_hex, tool,
+    wait_port, wait_ready, wait_until, write,
+};
+
 const TOKEN: &str = "bundle-agent-token";
 const POLL_SECONDS: u64 = 10;
 const ORDERS_SQL: &str = "SELECT id FROM app.orders LIMIT 1";
 const CUSTOMERS_SQL: &str = "SELECT id FROM app.customers LIMIT 1";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| panic!("no workspace root"))
-}
-
-/// A peer binary from bin/ (fails, not skips, when it is missing).
-fn tool(name: &str) -> PathBuf {
-    let p = repo_root().join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run hack/install-peers.sh (make test does)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
-}
-
-fn write(path: &Path, content: impl AsRef<[u8]>) {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-    }
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-/// Replaces a file atomically, as a publisher should.
-fn publish(path: &Path, content: &[u8]) {
-    let tmp = path.with_extension("publishing");
-    write(&tmp, content);
-    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename: {e}"));
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A child process, killed (by its pid) when dropped.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(cmd: &mut Command, log: &Path) -> Proc {
-        let f = std::fs::File::create(log).unwrap_or_else(|e| panic!("log: {e}"));
-        let f2 = f.try_clone().unwrap_or_else(|e| panic!("log: {e}"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(f2)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        Proc {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn assert_running(&mut self, what: &str) {
-        if let Some(c) = &mut self.child
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            panic!("{what} exited with {status}:\n{}", self.log());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn wait_port(port: u16, p: &mut Proc, what: &str) {
-    wait_until(what, 30, || {
-        p.assert_running(what);
-        TcpStream::connect(("127.0.0.1", port)).is_ok()
-    });
-}
-
-/// One plain HTTP/1.1 request: (status, body).
-fn http(addr: SocketAddr, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n"
-    );
-    if method == "POST" {
-        req.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    req.push_str("\r\n");
-    req.push_str(body);
-    s.write_all(req.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string())?;
-    Some((status, body))
-}
-
-// ---- test CA (openssl) ----
-
-struct Pki {
-    ca: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-fn pki(dir: &Path) -> Pki {
-    let openssl = tool("openssl");
-    let d = dir.join("pki");
-    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
-    let ca = d.join("ca.crt");
-    run(Command::new(&openssl)
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args([
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=haltsql bundle test CA",
-        ])
-        .args(["-addext", "basicConstraints=critical,CA:TRUE"])
-        .args(["-addext", "keyUsage=critical,keyCertSign,cRLSign"])
-        .arg("-keyout")
-        .arg(d.join("ca.key"))
-        .arg("-out")
-        .arg(&ca));
-    run(Command::new(&openssl)
-        .args([
-            "req",
-            "-new",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-        ])
-        .args(["-nodes", "-subj", "/CN=localhost"])
-        .arg("-keyout")
-        .arg(d.join("srv.key"))
-        .arg("-out")
-        .arg(d.join("srv.csr")));
-    write(
-        &d.join("ext.cnf"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n",
-    );
-    run(Command::new(&openssl)
-        .args(["x509", "-req", "-days", "2", "-set_serial", "2"])
-        .arg("-in")
-        .arg(d.join("srv.csr"))
-        .arg("-CA")
-        .arg(&ca)
-        .arg("-CAkey")
-        .arg(d.join("ca.key"))
-        .arg("-extfile")
-        .arg(d.join("ext.cnf"))
-        .arg("-out")
-        .arg(d.join("srv.crt")));
-    Pki {
-        ca,
-        cert: d.join("srv.crt"),
-        key: d.join("srv.key"),
-    }
-}
 
 // ---- bundles (made with the real CLI) ----
 
@@ -300,7 +93,7 @@ struct Serve {
 fn serve(dir: &Path, name: &str, source: &str, keys: &[&Keys], env: &[(&str, &str)]) -> Serve {
     let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
-    let hash = hex::encode(Sha256::digest(TOKEN.as_bytes()));
+    let hash = sha256_hex(TOKEN.as_bytes());
     let mut pem = String::new();
     for k in keys {
         pem.push_str("        - |\n");
@@ -332,22 +125,18 @@ logging: {{level: info, format: text}}
     );
     let path = dir.join(format!("{name}.yaml"));
     write(&path, &config);
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--config"]).arg(&path);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let proc = Proc::start(&mut cmd, &dir.join(format!("{name}.log")));
+    let proc = serve_proc(&path, &dir.join(format!("{name}.log")), env);
     Serve { proc, api, health }
 }
 
 impl Serve {
     fn readyz(&self) -> Option<(u16, String)> {
-        http(self.health, "GET", "/readyz", "")
+        http_text(self.health, "GET", "/readyz", Some(TOKEN), "")
     }
 
     fn metrics(&self) -> String {
-        http(self.health, "GET", "/metrics", "").map_or_else(String::new, |(_, b)| b)
+        http_text(self.health, "GET", "/metrics", Some(TOKEN), "")
+            .map_or_else(String::new, |(_, b)| b)
     }
 
     /// Sum of the series whose line starts with `prefix`.
@@ -363,7 +152,7 @@ impl Serve {
     /// `allowed` of a verify call, None when not answered with 200.
     fn allowed(&self, sql: &str) -> Option<bool> {
         let body = serde_json::json!({ "sql": sql }).to_string();
-        let (status, body) = http(self.api, "POST", "/v1/verify", &body)?;
+        let (status, body) = http_text(self.api, "POST", "/v1/verify", Some(TOKEN), &body)?;
         if status != 200 {
             return None;
         }
@@ -372,20 +161,7 @@ impl Serve {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(40);
-        loop {
-            self.proc.assert_running("haltsql serve");
-            if let Some((200, _)) = self.readyz() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "haltsql serve not ready: {:?}\n{}",
-                self.readyz(),
-                self.proc.log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_ready(&mut self.proc, self.health);
     }
 
     /// The poll count right after the first fetch (which made the server
@@ -457,7 +233,7 @@ auth:
             .env("OTEL_TRACES_EXPORTER", "none"),
         &dir.join("registry.log"),
     );
-    wait_port(port, &mut p, "registry");
+    wait_port(port, &mut p, "registry", 30);
     (p, port)
 }
 
@@ -495,7 +271,7 @@ fn oras_push(
 fn oci_bundle_published_with_oras_is_served_updated_and_cached() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let pki = pki(dir);
+    let pki = pki(dir, "haltsql bundle test CA");
     let (user, password) = ("publisher", "registry-test-password");
     let (mut registry, port) = registry(dir, &pki, user, password);
     let key = keygen(dir, "signer");
@@ -549,50 +325,25 @@ fn oci_bundle_published_with_oras_is_served_updated_and_cached() {
 
 fn nginx(dir: &Path, pki: &Pki, token: &str) -> (Proc, u16) {
     let port = free_port();
-    let n = dir.join("nginx");
-    std::fs::create_dir_all(n.join("www")).unwrap_or_else(|e| panic!("{e}"));
-    let conf = format!(
-        "daemon off;
-master_process off;
-worker_processes 1;
-pid {n}/nginx.pid;
-error_log {n}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-  access_log {n}/access.log;
-  client_body_temp_path {n}/body;
-  proxy_temp_path {n}/proxy;
-  fastcgi_temp_path {n}/fastcgi;
-  uwsgi_temp_path {n}/uwsgi;
-  scgi_temp_path {n}/scgi;
-  default_type application/octet-stream;
+    let www = mkdir(&dir.join("nginx/www"));
+    let servers = format!(
+        "  default_type application/octet-stream;
   server {{
     listen 127.0.0.1:{port} ssl;
     ssl_certificate {cert};
     ssl_certificate_key {key};
-    root {n}/www;
+    root {www};
     location / {{
       if ($http_authorization != \"Bearer {token}\") {{ return 401; }}
     }}
   }}
-}}
 ",
-        n = n.display(),
+        www = www.display(),
         cert = pki.cert.display(),
         key = pki.key.display(),
     );
-    write(&n.join("nginx.conf"), conf);
-    let mut p = Proc::start(
-        Command::new(tool("nginx"))
-            .arg("-p")
-            .arg(&n)
-            .arg("-e")
-            .arg(n.join("error.log"))
-            .arg("-c")
-            .arg(n.join("nginx.conf")),
-        &dir.join("nginx.log"),
-    );
-    wait_port(port, &mut p, "nginx");
+    let mut p = kit::nginx(dir, &servers);
+    wait_port(port, &mut p, "nginx", 30);
     (p, port)
 }
 
@@ -600,7 +351,7 @@ http {{
 fn https_bundle_with_token_and_etag_refuses_tampered_and_foreign_bundles() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let pki = pki(dir);
+    let pki = pki(dir, "haltsql bundle test CA");
     let token = "https-bundle-token";
     let (_nginx, port) = nginx(dir, &pki, token);
     let www = dir.join("nginx/www/bundles");
@@ -681,14 +432,7 @@ fn s3_bundle_with_static_and_env_credentials() {
     let (v1, v1sig) = bundle(dir, "v1", &["orders"], &key);
     write(&objects.join("bundle.tar.gz"), &v1);
     write(&objects.join("bundle.tar.gz.sig"), &v1sig);
-    let mut s3 = Proc::start(
-        Command::new(tool("s3s-fs"))
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["--access-key", access, "--secret-key", secret])
-            .arg(&data),
-        &dir.join("s3s-fs.log"),
-    );
-    wait_port(port, &mut s3, "s3s-fs");
+    let _s3 = kit::start_s3s(dir, port, access, secret);
 
     let location = format!(
         "      s3:\n        bucket: policies\n        key: prod/bundle.tar.gz\n        region: us-east-1\n        endpoint: http://127.0.0.1:{port}\n"
@@ -740,11 +484,6 @@ fn s3_bundle_with_static_and_env_credentials() {
     });
 }
 
-fn mkdir(d: &Path) -> PathBuf {
-    std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
-    d.to_path_buf()
-}
-
 #[test]
 fn no_cache_and_no_source_is_not_ready() {
     let tmp = tempfile::tempdir().unwrap();
@@ -763,10 +502,11 @@ fn no_cache_and_no_source_is_not_ready() {
         body.contains("bundle source test: no verified bundle yet"),
         "{body}"
     );
-    let verify = http(
+    let verify = http_text(
         s.api,
         "POST",
         "/v1/verify",
+        Some(TOKEN),
         &serde_json::json!({"sql": ORDERS_SQL}).to_string(),
     );
     assert_eq!(verify.map(|v| v.0), Some(503));

@@ -2,7 +2,7 @@
 //! token Secret files laid out as in a pod and the guide's quick-start policy.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Arc;
@@ -12,9 +12,12 @@ use haltsql::audit::{GENESIS, verify_chain};
 use pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_haltsql");
+#[path = "common/kit.rs"]
+mod kit;
+
+use kit::{BIN, free_port, sha256_hex, write};
+
 const TOKEN: &str = "s3cr3t-orders-agent-token";
 
 const QUICK_START_POLICY: &str = "\
@@ -32,20 +35,6 @@ tables:
   app.orders:
     columns: [id, status, total_cents]
 ";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
-}
-
-fn write(path: &Path, content: &str) {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("mkdir {dir:?}: {e}"));
-    }
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
-}
 
 /// Test PKI: a CA, a server certificate for 127.0.0.1, a client certificate.
 struct Pki {
@@ -115,10 +104,10 @@ impl Pod {
         let health: SocketAddr = ([127, 0, 0, 1], free_port()).into();
         let secrets = root.join("var/run/haltsql/secrets/haltsql-tokens");
         // As `haltsql hash-token` prints it: with a trailing newline.
-        let hash = hex::encode(Sha256::digest(TOKEN.as_bytes()));
-        write(&secrets.join("orders-agent.sha256"), &format!("{hash}\n"));
-        let other = hex::encode(Sha256::digest(b"another-token"));
-        write(&secrets.join("reporting.sha256"), &format!("{other}\n"));
+        let hash = sha256_hex(TOKEN.as_bytes());
+        write(&secrets.join("orders-agent.sha256"), format!("{hash}\n"));
+        let other = sha256_hex(b"another-token");
+        write(&secrets.join("reporting.sha256"), format!("{other}\n"));
         write(
             &root.join("etc/haltsql/policy-orders.yaml"),
             QUICK_START_POLICY,
@@ -398,7 +387,7 @@ fn serve_over_tls_with_health_port_and_audit_chain() {
     let (status, _) = call(&[("Authorization", TOKEN)], &sql_body(sql_allow));
     assert_eq!(status, 401);
     // The hash itself is not a token.
-    let hash = hex::encode(Sha256::digest(TOKEN.as_bytes()));
+    let hash = sha256_hex(TOKEN.as_bytes());
     let (status, _) = call(
         &[("Authorization", &format!("Bearer {hash}"))],
         &sql_body(sql_allow),
@@ -484,10 +473,7 @@ fn serve_over_tls_with_health_port_and_audit_chain() {
     assert_eq!(events[0]["decision"], "allow");
     assert_eq!(events[0]["token"], "orders-agent");
     assert_eq!(events[0]["policy"], "orders-agent");
-    assert_eq!(
-        events[0]["sql_sha256"],
-        hex::encode(Sha256::digest(sql_allow.as_bytes()))
-    );
+    assert_eq!(events[0]["sql_sha256"], sha256_hex(sql_allow.as_bytes()));
     assert!(
         events[0].get("sql").is_none(),
         "raw SQL without log_raw_sql"

@@ -5,117 +5,24 @@
 //! `jwks_file` and the forgeries). Every peer comes from `bin/`; a missing
 //! one fails the test (it never skips).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use hmac::Mac;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_haltsql");
+#[path = "common/kit.rs"]
+mod kit;
+
+use kit::{
+    BIN, Proc, free_port, request, run, serve_proc, sha256_hex, swap_data_link, tool, wait_port,
+    wait_until, write,
+};
+
 const TOKEN: &str = "static-token-beside-the-identities";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| panic!("no workspace root"))
-}
-
-/// A peer binary from bin/ (fails, not skips, when it is missing).
-fn tool(name: &str) -> PathBuf {
-    let p = repo_root().join("bin").join(name);
-    assert!(
-        p.exists(),
-        "{} is missing: run hack/install-peers.sh (make test does)",
-        p.display()
-    );
-    p
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
-}
-
-fn write(path: &Path, content: impl AsRef<[u8]>) {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-    }
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
-
-/// A child process, killed (by its pid) when dropped.
-struct Proc {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Proc {
-    fn start(cmd: &mut Command, log: &Path) -> Proc {
-        let f = std::fs::File::create(log).unwrap_or_else(|e| panic!("log: {e}"));
-        let f2 = f.try_clone().unwrap_or_else(|e| panic!("log: {e}"));
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(f2)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-        Proc {
-            child: Some(child),
-            log: log.to_path_buf(),
-        }
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn assert_running(&mut self, what: &str) {
-        if let Some(c) = &mut self.child
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            panic!("{what} exited with {status}:\n{}", self.log());
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
 
 // ---- PKI with openssl ----
 
@@ -241,7 +148,7 @@ fn write_config(dir: &Path, api: SocketAddr, server_extra: &str, auth_extra: &st
         write(&dir.join(format!("{p}.yaml")), policy(p));
         policies.push_str(&format!("  - file: {p}.yaml\n"));
     }
-    let hash = hex::encode(Sha256::digest(TOKEN.as_bytes()));
+    let hash = sha256_hex(TOKEN.as_bytes());
     let config = format!(
         "apiVersion: haltsql.dev/v1
 kind: Config
@@ -278,16 +185,8 @@ fn serve(dir: &Path, config: &Path, env: &[(&str, &str)]) -> Serve {
         })
         .and_then(|a| a.parse::<SocketAddr>().ok())
         .unwrap_or_else(|| panic!("no listen address in {}", config.display()));
-    let mut cmd = Command::new(BIN);
-    cmd.args(["serve", "--config"]).arg(config);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let mut proc = Proc::start(&mut cmd, &dir.join("haltsql.log"));
-    wait_until("haltsql serve to listen", 30, || {
-        proc.assert_running("haltsql serve");
-        TcpStream::connect(api_port).is_ok()
-    });
+    let mut proc = serve_proc(config, &dir.join("haltsql.log"), env);
+    wait_port(api_port.port(), &mut proc, "haltsql serve", 30);
     Serve {
         proc,
         api: api_port,
@@ -414,7 +313,9 @@ fn mtls_setup() -> MtlsSetup {
     MtlsSetup { dir, subject }
 }
 
-fn mtls_config(s: &MtlsSetup, client_auth: &str) -> (PathBuf, SocketAddr) {
+/// `haltsql serve` on TLS with the set-up's CA for client certificates and
+/// an identity of each kind.
+fn mtls_serve(s: &MtlsSetup, client_auth: &str) -> Serve {
     let d = s.dir.path();
     let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let server_extra = format!(
@@ -425,15 +326,14 @@ fn mtls_config(s: &MtlsSetup, client_auth: &str) -> (PathBuf, SocketAddr) {
         "    mtls:\n      identities:\n        - {{subject: '{}', policy: p-subject}}\n        - {{dns_name: AGENT.corp.example, policy: p-dns}}\n        - {{uri: 'spiffe://corp/ns/app/sa/agent', policy: p-uri}}\n",
         s.subject
     );
-    (write_config(d, api, &server_extra, &auth_extra), api)
+    serve(d, &write_config(d, api, &server_extra, &auth_extra), &[])
 }
 
 #[test]
 fn mtls_optional_maps_certificates_to_policies_and_refuses_foreign_cas() {
     let s = mtls_setup();
     let d = s.dir.path();
-    let (config, _) = mtls_config(&s, "optional");
-    let srv = serve(d, &config, &[]);
+    let srv = mtls_serve(&s, "optional");
     let api = srv.api;
 
     // Each identity kind selects its policy.
@@ -496,8 +396,7 @@ fn mtls_optional_maps_certificates_to_policies_and_refuses_foreign_cas() {
 fn mtls_required_refuses_connections_without_a_trusted_certificate() {
     let s = mtls_setup();
     let d = s.dir.path();
-    let (config, _) = mtls_config(&s, "required");
-    let srv = serve(d, &config, &[]);
+    let srv = mtls_serve(&s, "required");
     let api = srv.api;
     assert_eq!(
         policy_of(curl(d, api, Some("by-dns"), None)),
@@ -533,11 +432,7 @@ fn tls_secret(d: &Path, generation: u32, cert: &str, client_ca: &str) {
                 .unwrap_or_else(|e| panic!("symlink: {e}"));
         }
     }
-    let tmp = d.join("tls/..data_tmp");
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(format!("..gen{generation}"), &tmp)
-        .unwrap_or_else(|e| panic!("symlink: {e}"));
-    std::fs::rename(&tmp, d.join("tls/..data")).unwrap_or_else(|e| panic!("swap: {e}"));
+    swap_data_link(&d.join("tls"), &format!("..gen{generation}"));
 }
 
 #[test]
@@ -640,42 +535,6 @@ fn issuer_on(d: &Path, name: &str, client_id: &str, listen: &str) -> Issuer {
     }
 }
 
-/// A plain HTTP/1.1 request: (status, body).
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    auth: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(30))).ok();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(a) = auth {
-        req.push_str(&format!("Authorization: Bearer {a}\r\n"));
-    }
-    req.push_str(&format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    ));
-    s.write_all(req.as_bytes())
-        .unwrap_or_else(|e| panic!("write: {e}"));
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 fn get(url: &str) -> String {
     let rest = url
         .strip_prefix("http://")
@@ -689,7 +548,7 @@ fn get(url: &str) -> String {
     } else {
         "GET"
     };
-    let (status, body) = http(addr, method, &path, None, "");
+    let (status, body) = request(addr, method, &path, None, "");
     assert_eq!(status, 200, "{url}: {body}");
     body
 }
@@ -705,7 +564,7 @@ impl Issuer {
 
 /// The answer to a verify request with `token`: (status, policy or error).
 fn verify(api: SocketAddr, token: &str) -> (u16, String) {
-    let (status, body) = http(
+    let (status, body) = request(
         api,
         "POST",
         "/v1/verify",
@@ -845,7 +704,7 @@ fn oidc_real_issuer_tokens_forgeries_policy_claims_and_key_rotation() {
         let hs = json!({"alg": "HS256", "typ": "JWT", "kid": header["kid"]});
         let input = format!("{}.{}", enc(&hs), enc(&claims));
         let mut mac =
-            hmac::Hmac::<Sha256>::new_from_slice(secret).unwrap_or_else(|e| panic!("{e}"));
+            hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).unwrap_or_else(|e| panic!("{e}"));
         mac.update(input.as_bytes());
         let t = format!("{input}.{}", B64URL.encode(mac.finalize().into_bytes()));
         assert_eq!(verify(api, &t).0, 401, "HS256 with the public key");
@@ -1037,7 +896,7 @@ fn oidc_issuer_unreachable_is_503_until_it_answers() {
         enc(&json!({"iss": iss, "aud": "haltsql-tests", "exp": now() + 300})),
         B64URL.encode([0u8; 256])
     );
-    let (status, body) = http(
+    let (status, body) = request(
         api,
         "POST",
         "/v1/verify",

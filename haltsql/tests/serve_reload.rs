@@ -3,43 +3,22 @@
 //! that are symbolic links through `..data`, swapped atomically) and the
 //! token hash in a Secret file.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
-const BIN: &str = env!("CARGO_BIN_EXE_haltsql");
+#[path = "common/kit.rs"]
+mod kit;
+
+use kit::{
+    BIN, Proc, free_port, publish, request, run, serve_proc, sha256_hex, swap_data_link, wait_port,
+    wait_until, write,
+};
+
 const ORDERS: &str = "SELECT id FROM app.orders";
 const CUSTOMERS: &str = "SELECT id FROM app.customers";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("free port: {e}"))
-}
-
-fn write(path: &Path, content: impl AsRef<[u8]>) {
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("mkdir {}: {e}", d.display()));
-    }
-    std::fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
-}
-
-fn hash(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
-
-/// A file replaced atomically (as the kubelet replaces a Secret's files).
-fn publish(path: &Path, content: &str) {
-    let tmp = path.with_extension("tmp");
-    write(&tmp, content);
-    std::fs::rename(&tmp, path).unwrap_or_else(|e| panic!("rename: {e}"));
-}
 
 /// A ConfigMap volume: `..data` links to a timestamped folder, and each
 /// file is a link through `..data`. `update` swaps `..data` at once.
@@ -68,10 +47,7 @@ impl ConfigMap {
         for (name, content) in files {
             write(&self.dir.join(&gen_dir).join(name), content);
         }
-        let tmp = self.dir.join("..data_tmp");
-        let _ = std::fs::remove_file(&tmp);
-        std::os::unix::fs::symlink(&gen_dir, &tmp).unwrap_or_else(|e| panic!("symlink: {e}"));
-        std::fs::rename(&tmp, self.dir.join("..data")).unwrap_or_else(|e| panic!("swap: {e}"));
+        swap_data_link(&self.dir, &gen_dir);
     }
 }
 
@@ -117,102 +93,16 @@ audit:
     )
 }
 
-struct Server {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl Server {
-    fn start(config: &Path, log: &Path, api: SocketAddr) -> Server {
-        let f = std::fs::File::create(log).unwrap_or_else(|e| panic!("log: {e}"));
-        let f2 = f.try_clone().unwrap_or_else(|e| panic!("log: {e}"));
-        let child = Command::new(BIN)
-            .args(["serve", "--config"])
-            .arg(config)
-            .stdin(Stdio::null())
-            .stdout(f)
-            .stderr(f2)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawn: {e}"));
-        let mut s = Server {
-            child: Some(child),
-            log: log.to_path_buf(),
-        };
-        wait_until("the server to listen", 30, || {
-            s.assert_running();
-            TcpStream::connect(api).is_ok()
-        });
-        s
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn assert_running(&mut self) {
-        if let Some(c) = &mut self.child
-            && let Ok(Some(status)) = c.try_wait()
-        {
-            panic!("haltsql serve exited with {status}:\n{}", self.log());
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn http(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &str,
-) -> (u16, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if let Some(t) = token {
-        req.push_str(&format!("Authorization: Bearer {t}\r\n"));
-    }
-    req.push_str(&format!(
-        "Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    ));
-    s.write_all(req.as_bytes())
-        .unwrap_or_else(|e| panic!("write: {e}"));
-    let mut raw = Vec::new();
-    let _ = s.read_to_end(&mut raw);
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP answer: {text:?}"));
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
+/// `haltsql serve`, once it listens on `api`.
+fn start_server(config: &Path, log: &Path, api: SocketAddr) -> Proc {
+    let mut p = serve_proc(config, log, &[]);
+    wait_port(api.port(), &mut p, "haltsql serve", 30);
+    p
 }
 
 /// `Some(allowed)` for a 200, `None` for any other status.
 fn allowed(api: SocketAddr, token: &str, sql: &str) -> Option<bool> {
-    let (status, body) = http(
+    let (status, body) = request(
         api,
         "POST",
         "/v1/verify",
@@ -229,13 +119,13 @@ fn allowed(api: SocketAddr, token: &str, sql: &str) -> Option<bool> {
 }
 
 fn admin_json(admin: SocketAddr, path: &str) -> Value {
-    let (status, body) = http(admin, "GET", path, None, "");
+    let (status, body) = request(admin, "GET", path, None, "");
     assert_eq!(status, 200, "{path}: {body}");
     serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}"))
 }
 
 fn metric(admin: SocketAddr, line_prefix: &str) -> f64 {
-    let (_, body) = http(admin, "GET", "/metrics", None, "");
+    let (_, body) = request(admin, "GET", "/metrics", None, "");
     body.lines()
         .find_map(|l| l.strip_prefix(line_prefix))
         .and_then(|v| v.trim().parse().ok())
@@ -251,7 +141,7 @@ fn reload_watch_applies_configmap_and_secret_changes_and_keeps_the_old_config_on
     let secrets = d.join("secrets");
     write(
         &secrets.join("agent.sha256"),
-        format!("{}\n", hash("token-one")),
+        format!("{}\n", sha256_hex(b"token-one")),
     );
     let cm_dir = d.join("config");
     let mut cm = ConfigMap::new(
@@ -261,7 +151,7 @@ fn reload_watch_applies_configmap_and_secret_changes_and_keeps_the_old_config_on
             ("policy.yaml", policy(&["app.orders"])),
         ],
     );
-    let mut srv = Server::start(&cm_dir.join("config.yaml"), &d.join("haltsql.log"), api);
+    let mut srv = start_server(&cm_dir.join("config.yaml"), &d.join("haltsql.log"), api);
     let ok = "haltsql_config_reloads_total{result=\"success\"}";
     let failed = "haltsql_config_reloads_total{result=\"failure\"}";
     assert_eq!(allowed(api, "token-one", ORDERS), Some(true));
@@ -281,7 +171,7 @@ fn reload_watch_applies_configmap_and_secret_changes_and_keeps_the_old_config_on
     // A Secret update: the token is rotated.
     publish(
         &secrets.join("agent.sha256"),
-        &format!("{}\n", hash("token-two")),
+        format!("{}\n", sha256_hex(b"token-two")),
     );
     wait_until("the rotated token", 30, || {
         allowed(api, "token-two", ORDERS) == Some(true)
@@ -335,7 +225,7 @@ fn reload_watch_applies_configmap_and_secret_changes_and_keeps_the_old_config_on
         serde_json::json!(["limits"])
     );
     assert_eq!(summary["reload"]["last_errors"], serde_json::json!([]));
-    srv.assert_running();
+    srv.assert_running("haltsql serve");
 }
 
 #[test]
@@ -345,7 +235,7 @@ fn admin_listener_shows_state_but_no_secret() {
     let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let secrets = d.join("secrets");
-    let token_hash = hash("the-secret-token");
+    let token_hash = sha256_hex(b"the-secret-token");
     write(&secrets.join("agent.sha256"), &token_hash);
     // A JWKS given as content through a placeholder, as the operator does.
     let marker = "kid-that-must-not-leak";
@@ -364,9 +254,9 @@ fn admin_listener_shows_state_but_no_secret() {
         ),
     );
     write(&d.join("config.yaml"), &config);
-    let mut srv = Server::start(&d.join("config.yaml"), &d.join("haltsql.log"), api);
+    let mut srv = start_server(&d.join("config.yaml"), &d.join("haltsql.log"), api);
 
-    let (status, body) = http(admin, "GET", "/config", None, "");
+    let (status, body) = request(admin, "GET", "/config", None, "");
     assert_eq!(status, 200);
     let summary: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     assert_eq!(summary["auth"]["tokens"][0]["name"], "agent");
@@ -378,17 +268,17 @@ fn admin_listener_shows_state_but_no_secret() {
         assert!(!body.contains(secret), "/config shows {secret}: {body}");
     }
     assert_eq!(admin_json(admin, "/bundles"), serde_json::json!([]));
-    let (status, metrics) = http(admin, "GET", "/metrics", None, "");
+    let (status, metrics) = request(admin, "GET", "/metrics", None, "");
     assert_eq!(status, 200);
     assert!(
         metrics.contains("haltsql_config_info{sha256=\""),
         "{metrics}"
     );
     assert!(!metrics.contains(&token_hash));
-    assert_eq!(http(admin, "GET", "/readyz", None, "").0, 200);
+    assert_eq!(request(admin, "GET", "/readyz", None, "").0, 200);
     // The admin routes are not on the API listener.
-    assert_eq!(http(api, "GET", "/config", None, "").0, 404);
-    srv.assert_running();
+    assert_eq!(request(api, "GET", "/config", None, "").0, 404);
+    srv.assert_running("haltsql serve");
 }
 
 #[test]
@@ -398,7 +288,7 @@ fn serve_refuses_settings_in_the_reserved_sections() {
     let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let secrets = d.join("secrets");
-    write(&secrets.join("agent.sha256"), hash("t"));
+    write(&secrets.join("agent.sha256"), sha256_hex(b"t"));
     write(&d.join("policy.yaml"), policy(&["app.orders"]));
     for (section, key) in [("telemetry", "otlp"), ("opa", "url"), ("secrets", "vault")] {
         let config = format!(
@@ -422,19 +312,8 @@ fn serve_refuses_settings_in_the_reserved_sections() {
     }
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 fn policy_of(api: SocketAddr, token: &str) -> Option<String> {
-    let (status, body) = http(
+    let (status, body) = request(
         api,
         "POST",
         "/v1/verify",
@@ -488,7 +367,7 @@ fn reload_with_a_bundle_source_composes_the_new_config_with_the_bundle_in_use() 
     let api: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let admin: SocketAddr = ([127, 0, 0, 1], free_port()).into();
     let secrets = d.join("secrets");
-    write(&secrets.join("agent.sha256"), hash("t"));
+    write(&secrets.join("agent.sha256"), sha256_hex(b"t"));
     write(&d.join("policy.yaml"), policy(&["app.orders"]));
     let with_token_policy = |p: &str| {
         config(api, admin, &secrets, 65536)
@@ -502,7 +381,7 @@ fn reload_with_a_bundle_source_composes_the_new_config_with_the_bundle_in_use() 
             )
     };
     write(&d.join("config.yaml"), with_token_policy("b.orders"));
-    let mut srv = Server::start(&d.join("config.yaml"), &d.join("haltsql.log"), api);
+    let mut srv = start_server(&d.join("config.yaml"), &d.join("haltsql.log"), api);
     assert_eq!(policy_of(api, "t").as_deref(), Some("b.orders"));
     let bundles = admin_json(admin, "/bundles");
     assert_eq!(bundles[0]["current"]["origin"], "cache", "{bundles}");
@@ -512,12 +391,12 @@ fn reload_with_a_bundle_source_composes_the_new_config_with_the_bundle_in_use() 
     );
 
     // The token moves to the file policy: composed with the cached bundle.
-    publish(&d.join("config.yaml"), &with_token_policy("agent"));
+    publish(&d.join("config.yaml"), with_token_policy("agent"));
     wait_until("the token on the file policy", 30, || {
         policy_of(api, "t").as_deref() == Some("agent")
     });
     // A bundle policy the bundle does not have: refused, the old set stays.
-    publish(&d.join("config.yaml"), &with_token_policy("b.missing"));
+    publish(&d.join("config.yaml"), with_token_policy("b.missing"));
     let failed = "haltsql_config_reloads_total{result=\"failure\"}";
     wait_until("the failed reload", 30, || metric(admin, failed) == 1.0);
     assert_eq!(policy_of(api, "t").as_deref(), Some("agent"));
@@ -529,5 +408,5 @@ fn reload_with_a_bundle_source_composes_the_new_config_with_the_bundle_in_use() 
             .contains("b.missing"),
         "{summary}"
     );
-    srv.assert_running();
+    srv.assert_running("haltsql serve");
 }
