@@ -55,6 +55,31 @@ cni_dir="$state/cni"
 # library use whatever their configuration says. `up` records which of them
 # did not exist before (state/host-paths) and the teardown removes exactly those.
 node_host_paths=(/var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /run/containerd)
+# Those paths, the node's address and the bridge are the machine's: one node
+# per machine. The checkout whose node holds them is named here.
+node_owner_file=/run/haltsql-operator-node.owner
+
+# Refuses to start while another checkout's node runs; else names this one.
+claim_node() {
+  local other name pid
+  other=$(cat "$node_owner_file" 2>/dev/null || true)
+  if [ -n "$other" ] && [ "$other" != "$state" ]; then
+    for name in "${components[@]}"; do
+      pid=$(cat "$other/$name.pid" 2>/dev/null || true)
+      if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+        echo "the node of another checkout is running ($other, $name pid $pid): one node per machine;" \
+          "stop it first: (cd '${other%/.cluster/node}' && hack/cluster.sh down node)" >&2
+        exit 1
+      fi
+    done
+  fi
+  echo "$state" >"$node_owner_file"
+}
+
+release_node() {
+  if [ "$(cat "$node_owner_file" 2>/dev/null)" = "$state" ]; then rm -f "$node_owner_file"; fi
+}
+
 # Host settings the kubelet, kube-proxy and the bridge plugin change; saved at
 # the first `up` and restored by the teardown.
 node_sysctls=(net.ipv4.ip_forward vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
@@ -251,6 +276,7 @@ node_prepare() {
   for tool in kubelet kube-proxy kube-controller-manager kube-scheduler; do
     [ -x "$bin/$tool" ] || { echo "missing $bin/$tool: run 'make tools' first" >&2; exit 1; }
   done
+  claim_node
   if [ -d "$state" ]; then
     local all=1
     for name in "${components[@]}"; do node_alive "$name" || all=0; done
@@ -521,6 +547,7 @@ node_down() {
     done
   fi
   node_teardown
+  release_node
   rmdir "$root/.cluster" 2>/dev/null || true
   log "stopped"
 }
@@ -554,6 +581,7 @@ node_check_clean() {
   ip link show "$bridge" >/dev/null 2>&1 && report "bridge $bridge"
   while IFS= read -r m; do [ -n "$m" ] && report "veth $m"; done < <(ip -o link show type veth 2>/dev/null | awk -F': ' '{print $2}')
   ip -o addr show dev lo | grep -q " $node_ip/" && report "address $node_ip on lo"
+  [ -f "$node_owner_file" ] && report "owner file $node_owner_file ($(cat "$node_owner_file"))"
   local ipt
   for ipt in iptables ip6tables; do
     command -v "$ipt-save" >/dev/null || continue
