@@ -156,17 +156,35 @@ fn verify(addr: SocketAddr) -> (u16, String) {
     )
 }
 
-/// A verify request whose body is announced but only partly sent: it stays
-/// in flight until the connection is dropped.
+/// A verify request whose body never completes, returned once the server
+/// reads that body (its `100 Continue` came): from then on the connection
+/// is busy in a request, however loaded the machine is.
 fn stalled_verify(addr: SocketAddr) -> TcpStream {
     let mut s = connect(addr);
     s.write_all(
         format!(
-            "POST /v1/verify HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 500\r\n\r\n{{\"sql\": "
+            "POST /v1/verify HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 500\r\nExpect: 100-continue\r\n\r\n"
         )
         .as_bytes(),
     )
     .unwrap();
+    let mut interim = Vec::new();
+    let mut byte = [0u8; 1];
+    while !interim.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).unwrap(),
+            1,
+            "closed before 100 Continue: {:?}",
+            String::from_utf8_lossy(&interim)
+        );
+        interim.push(byte[0]);
+    }
+    assert!(
+        interim.starts_with(b"HTTP/1.1 100 "),
+        "{}",
+        String::from_utf8_lossy(&interim)
+    );
+    s.write_all(b"{\"sql\": ").unwrap();
     s
 }
 
@@ -214,7 +232,6 @@ fn over_the_connection_bound_the_longest_waiting_goes_or_the_new_one_gets_503() 
 
     // With every connection busy in a request, a new one gets 503 and close.
     let _busy = [stalled_verify(server.api), stalled_verify(server.api)];
-    std::thread::sleep(Duration::from_millis(300));
     let (status, text) = verify(server.api);
     assert_eq!(status, 503, "{text}");
     assert!(text.contains("too many connections"), "{text}");
@@ -226,7 +243,6 @@ fn over_the_connection_bound_the_longest_waiting_goes_or_the_new_one_gets_503() 
 fn over_the_in_flight_bound_verify_gets_503_and_health_still_answers() {
     let server = Server::start("  max_requests_in_flight: 1\n");
     let held = stalled_verify(server.api);
-    std::thread::sleep(Duration::from_millis(300));
     let (status, text) = verify(server.api);
     assert_eq!(status, 503, "{text}");
     assert!(
