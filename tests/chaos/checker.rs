@@ -235,6 +235,15 @@ async fn round(
     let mut immediate: Vec<String> = Vec::new();
     let mut s = state.lock().unwrap();
     s.rounds += 1;
+    // What the list shows Valid counts too: the watch above misses states
+    // while the API server is down, and it may still be backing off when the
+    // run ends. (Like the watch, this checks that content was reported
+    // Valid, not that the report came before the rendering.)
+    for policy in &policies {
+        if let Some(hash) = valid_hash(policy) {
+            s.valid.insert(hash);
+        }
+    }
 
     // 4. observedGeneration never goes back.
     for (kind, uid, observed) in servers
