@@ -330,6 +330,24 @@ fn mtls_serve(s: &MtlsSetup, client_auth: &str) -> Serve {
 }
 
 #[test]
+fn a_refused_token_is_answered_401_every_time_over_http2() {
+    // Answered before its body was read, a request's HTTP/2 stream ended
+    // with RST_STREAM(NO_ERROR), and curl turned about a third of those 401s
+    // into a failed transfer (exit 92). The server now reads the body first.
+    let s = mtls_setup();
+    let d = s.dir.path();
+    let srv = mtls_serve(&s, "optional");
+    for attempt in 0..40 {
+        let answer = curl(d, srv.api, None, Some("wrong"));
+        assert_eq!(
+            answer.map(|(status, _)| status),
+            Some(401),
+            "attempt {attempt}"
+        );
+    }
+}
+
+#[test]
 fn mtls_optional_maps_certificates_to_policies_and_refuses_foreign_cas() {
     let s = mtls_setup();
     let d = s.dir.path();

@@ -158,6 +158,18 @@ pub(crate) async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
+/// How long an early answer waits for the rest of a body it will not use.
+const DISCARD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Reads and drops a request body (at most `limit` bytes, for at most
+/// [`DISCARD_TIMEOUT`]) before an answer that does not need it. Answering
+/// first makes HTTP/2 end the stream with RST_STREAM(NO_ERROR), which the
+/// RFC allows but curl 7.88 reports as a failed transfer (exit 92) instead
+/// of the 401; over HTTP/1.1 the connection is closed with unread data.
+async fn discard(body: Body, limit: usize) {
+    let _ = tokio::time::timeout(DISCARD_TIMEOUT, Limited::new(body, limit).collect()).await;
+}
+
 #[derive(Deserialize)]
 struct VerifyRequest {
     sql: String,
@@ -170,6 +182,7 @@ async fn verify(
     body: Body,
 ) -> Response {
     let Some(auth) = state.current_auth() else {
+        discard(body, state.max_request_bytes).await;
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
             "the policies are not loaded yet (bundle sources)",
@@ -179,6 +192,7 @@ async fn verify(
     let caller = match auth.authenticate(&headers, peer).await {
         Ok(c) => c,
         Err(e) => {
+            discard(body, state.max_request_bytes).await;
             let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::UNAUTHORIZED);
             let mut r = error(status, e.message());
             if status == StatusCode::UNAUTHORIZED {
