@@ -124,6 +124,12 @@ pub struct RunArgs {
     )]
     pub validator_timeout_seconds: u64,
 
+    /// `haltsql validate` processes that may run at once; policies that
+    /// wait are judged together by the next one. Default: the number of
+    /// CPUs the operator may use.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    pub validator_concurrency: Option<u16>,
+
     /// Seconds between full re-reconciles of every object (catches anything
     /// a watch missed).
     #[arg(

@@ -2,6 +2,7 @@
 //! validator, metrics, backoff and the operator's settings.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -36,6 +37,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Reconciles that may run at once per controller.
     pub concurrency: u16,
+    /// `haltsql validate` processes that may run at once (all scopes together).
+    pub validator_concurrency: usize,
 }
 
 impl Settings {
@@ -47,8 +50,14 @@ impl Settings {
             rollout_deadline: Duration::from_secs(180),
             resync: Duration::from_secs(600),
             concurrency: 8,
+            validator_concurrency: default_validator_concurrency(),
         }
     }
+}
+
+/// One validator run per core the operator may use.
+pub fn default_validator_concurrency() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Caches of the objects the server controller owns. Only objects labelled
@@ -66,6 +75,13 @@ pub struct OwnedStores {
     pub replica_sets: Store<PartialObjectMeta<ReplicaSet>>,
 }
 
+/// Every store of one watched scope.
+pub struct ScopeStores {
+    pub policies: Store<HaltSQLPolicy>,
+    pub servers: Store<HaltSQLServer>,
+    pub owned: OwnedStores,
+}
+
 /// Handed to every reconcile of both controllers (one per watched scope).
 pub struct Context {
     pub client: Client,
@@ -74,7 +90,8 @@ pub struct Context {
     pub policies: Store<HaltSQLPolicy>,
     pub servers: Store<HaltSQLServer>,
     pub owned: OwnedStores,
-    pub validator: Validator,
+    /// Shared by every scope, so its run limit and cache are the operator's.
+    pub validator: Arc<Validator>,
     pub metrics: Metrics,
     pub policy_backoff: Backoff,
     pub server_backoff: Backoff,
@@ -84,14 +101,13 @@ pub struct Context {
 }
 
 impl Context {
-    /// A context over the given stores, with a fresh validator cache, backoff
+    /// A context over the given stores and validator, with fresh backoff
     /// state and event recorder.
     pub fn new(
         client: Client,
         namespace: Option<String>,
-        policies: Store<HaltSQLPolicy>,
-        servers: Store<HaltSQLServer>,
-        owned: OwnedStores,
+        stores: ScopeStores,
+        validator: Arc<Validator>,
         settings: Settings,
         metrics: Metrics,
     ) -> Self {
@@ -103,14 +119,10 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             namespace,
-            policies,
-            servers,
-            owned,
-            validator: Validator::new(
-                settings.haltsql_binary.clone(),
-                settings.validator_timeout,
-                metrics.clone(),
-            ),
+            policies: stores.policies,
+            servers: stores.servers,
+            owned: stores.owned,
+            validator,
             metrics,
             policy_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             server_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),

@@ -140,6 +140,9 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     settings.watch_namespaces = args.namespaces();
     settings.rollout_deadline = Duration::from_secs(args.rollout_deadline_seconds);
     settings.validator_timeout = Duration::from_secs(args.validator_timeout_seconds);
+    if let Some(n) = args.validator_concurrency {
+        settings.validator_concurrency = n.into();
+    }
     settings.resync = Duration::from_secs(args.resync_seconds);
     match &settings.watch_namespaces {
         Some(namespaces) => info!(namespaces = %namespaces.join(","), "watching namespaces"),

@@ -43,9 +43,11 @@ pub struct Metrics {
     pub reconcile_duration: HistogramVec,
     /// Reconciles running right now, by controller.
     pub reconciles_in_flight: IntGaugeVec,
-    /// `haltsql validate` runs by outcome (`valid`, `invalid`, `error`).
+    /// Documents judged by `haltsql validate` by outcome (`valid`, `invalid`, `error`).
     pub validator_runs: IntCounterVec,
-    /// `haltsql validate` run duration.
+    /// `haltsql validate` processes by outcome (`batch` for several documents).
+    pub validator_processes: IntCounterVec,
+    /// `haltsql validate` process duration.
     pub validator_duration: HistogramVec,
     /// Verdicts served from the content-hash cache instead of a validator run.
     pub validator_cache_hits: IntCounterVec,
@@ -96,14 +98,21 @@ impl Metrics {
         let validator_runs = IntCounterVec::new(
             Opts::new(
                 "haltsql_operator_validator_runs_total",
-                "haltsql validate runs by outcome (valid, invalid, error).",
+                "Documents judged by haltsql validate (not from the cache), by outcome (valid, invalid, error).",
+            ),
+            &["outcome"],
+        )?;
+        let validator_processes = IntCounterVec::new(
+            Opts::new(
+                "haltsql_operator_validator_processes_total",
+                "haltsql validate processes started, by outcome (valid, invalid, error for a document judged alone; batch for several at once).",
             ),
             &["outcome"],
         )?;
         let validator_duration = HistogramVec::new(
             HistogramOpts::new(
                 "haltsql_operator_validator_duration_seconds",
-                "Duration of one haltsql validate run.",
+                "Duration of one haltsql validate process, by the outcome label of haltsql_operator_validator_processes_total.",
             )
             .buckets(vec![
                 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -139,6 +148,7 @@ impl Metrics {
         registry.register(Box::new(reconcile_duration.clone()))?;
         registry.register(Box::new(reconciles_in_flight.clone()))?;
         registry.register(Box::new(validator_runs.clone()))?;
+        registry.register(Box::new(validator_processes.clone()))?;
         registry.register(Box::new(validator_duration.clone()))?;
         registry.register(Box::new(validator_cache_hits.clone()))?;
         registry.register(Box::new(api_writes.clone()))?;
@@ -150,6 +160,7 @@ impl Metrics {
             reconcile_duration,
             reconciles_in_flight,
             validator_runs,
+            validator_processes,
             validator_duration,
             validator_cache_hits,
             api_writes,

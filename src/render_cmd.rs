@@ -176,6 +176,7 @@ pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
     let validator = Validator::new(
         args.haltsql_binary.clone(),
         VALIDATOR_TIMEOUT,
+        crate::context::default_validator_concurrency(),
         Metrics::new()?,
     );
     let now = Time(k8s_openapi::jiff::Timestamp::now());

@@ -28,9 +28,9 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::context::{Context, OwnedStores, Settings};
+use crate::context::{Context, OwnedStores, ScopeStores, Settings};
 use crate::metrics::Metrics;
-use crate::policy;
+use crate::policy::{self, Validator};
 use crate::render::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::server;
 
@@ -83,10 +83,17 @@ pub async fn run(
         None => vec![None],
     };
     readiness.scopes_total.store(scopes.len(), Ordering::SeqCst);
+    let validator = Arc::new(Validator::new(
+        settings.haltsql_binary.clone(),
+        settings.validator_timeout,
+        settings.validator_concurrency,
+        metrics.clone(),
+    ));
     let runs = scopes.into_iter().map(|namespace| {
         run_scope(
             client.clone(),
             namespace,
+            validator.clone(),
             settings.clone(),
             metrics.clone(),
             readiness.clone(),
@@ -230,6 +237,7 @@ fn controlling_server<K: Resource>(obj: &K) -> Option<ObjectRef<HaltSQLServer>> 
 async fn run_scope(
     client: Client,
     namespace: Option<String>,
+    validator: Arc<Validator>,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -271,16 +279,19 @@ async fn run_scope(
     let ctx = Arc::new(Context::new(
         client.clone(),
         namespace.clone(),
-        policies.reader.clone(),
-        servers.reader.clone(),
-        OwnedStores {
-            deployments: deployments.reader.clone(),
-            config_maps: config_maps.reader.clone(),
-            services: services.reader.clone(),
-            pod_disruption_budgets: pdbs.reader.clone(),
-            network_policies: network_policies.reader.clone(),
-            replica_sets: replica_sets.reader.clone(),
+        ScopeStores {
+            policies: policies.reader.clone(),
+            servers: servers.reader.clone(),
+            owned: OwnedStores {
+                deployments: deployments.reader.clone(),
+                config_maps: config_maps.reader.clone(),
+                services: services.reader.clone(),
+                pod_disruption_budgets: pdbs.reader.clone(),
+                network_policies: network_policies.reader.clone(),
+                replica_sets: replica_sets.reader.clone(),
+            },
         },
+        validator,
         settings.clone(),
         metrics.clone(),
     ));

@@ -607,7 +607,7 @@ fn direct_context(
     namespace: &str,
     binary: PathBuf,
 ) -> std::sync::Arc<haltsql_operator::context::Context> {
-    use haltsql_operator::context::{Context, OwnedStores, Settings};
+    use haltsql_operator::context::{Context, OwnedStores, ScopeStores, Settings};
     use kube::runtime::reflector::store;
     let metrics = haltsql_operator::metrics::Metrics::new().expect("metrics");
     let mut settings = Settings::new(binary);
@@ -615,16 +615,24 @@ fn direct_context(
     std::sync::Arc::new(Context::new(
         client,
         Some(namespace.to_owned()),
-        store().0,
-        store().0,
-        OwnedStores {
-            deployments: store().0,
-            config_maps: store().0,
-            services: store().0,
-            pod_disruption_budgets: store().0,
-            network_policies: store().0,
-            replica_sets: store().0,
+        ScopeStores {
+            policies: store().0,
+            servers: store().0,
+            owned: OwnedStores {
+                deployments: store().0,
+                config_maps: store().0,
+                services: store().0,
+                pod_disruption_budgets: store().0,
+                network_policies: store().0,
+                replica_sets: store().0,
+            },
         },
+        std::sync::Arc::new(haltsql_operator::policy::Validator::new(
+            settings.haltsql_binary.clone(),
+            settings.validator_timeout,
+            settings.validator_concurrency,
+            metrics.clone(),
+        )),
         settings,
         metrics,
     ))

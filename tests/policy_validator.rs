@@ -61,7 +61,7 @@ impl Fixture {
     }
 
     fn validator(&self, binary: PathBuf, timeout: Duration) -> Validator {
-        Validator::new(binary, timeout, self.metrics.clone()).with_temp_root(self.root.clone())
+        Validator::new(binary, timeout, 2, self.metrics.clone()).with_temp_root(self.root.clone())
     }
 
     fn real(&self) -> Validator {
@@ -559,5 +559,113 @@ async fn the_validator_reads_no_file_a_document_names() {
             "case {i}: {verdicts:?}"
         );
     }
+    f.assert_clean();
+}
+
+fn named(name: &str) -> String {
+    VALID_POLICY.replace("name: orders-agent", &format!("name: {name}"))
+}
+
+#[tokio::test]
+async fn waiting_documents_share_a_run_and_each_keeps_its_own_verdict() {
+    let f = Fixture::new();
+    let v = Validator::new(
+        support::haltsql_bin(),
+        Duration::from_secs(30),
+        1,
+        f.metrics.clone(),
+    )
+    .with_temp_root(f.root.clone());
+    let mut docs: Vec<String> = (0..24).map(|i| named(&format!("agent-{i}"))).collect();
+    // Two documents with one policy name: separate HaltSQLPolicies, no conflict.
+    docs.push(named("agent-3").replace("max: 100", "max: 50"));
+    docs.push(VALID_POLICY.replace("columns:", "colums:"));
+    docs.push("tables: [\n".to_owned());
+    docs.push(named("agent-7")); // the same bytes as a document above: judged once
+    let inputs: Vec<ValidationDocument> = docs.iter().map(|d| inline(d)).collect();
+    let verdicts = futures::future::join_all(inputs.iter().map(|d| v.validate(d))).await;
+
+    // What each document gets when it is judged alone, by a validator of its own.
+    let alone = Fixture::new();
+    for (doc, verdict) in docs.iter().zip(&verdicts) {
+        assert_eq!(
+            verdict,
+            &alone.real().validate(&inline(doc)).await,
+            "document {doc:?}"
+        );
+    }
+    assert!(matches!(&verdicts[0], Verdict::Valid { policy_name: Some(n) } if n == "agent-0"));
+    assert!(
+        matches!(&verdicts[25], Verdict::Invalid { message } if message.starts_with("policy.yaml:13:5: ")),
+        "{:?}",
+        verdicts[25]
+    );
+    let processes: u64 = ["valid", "invalid", "error", "batch"]
+        .iter()
+        .map(|o| f.metrics.validator_processes.with_label_values(&[o]).get())
+        .sum();
+    let batches = f
+        .metrics
+        .validator_processes
+        .with_label_values(&["batch"])
+        .get();
+    assert!(batches >= 1, "no document waited for a run");
+    assert!(
+        processes <= 6,
+        "{processes} processes for 28 documents (one run at a time)"
+    );
+    // Judged: 27 distinct documents; the invalid ones alone again.
+    assert_eq!(f.runs("valid") + f.runs("invalid"), 27);
+    f.assert_clean();
+}
+
+#[tokio::test]
+async fn a_hanging_batch_costs_one_timeout_then_each_document_is_judged_alone() {
+    let f = Fixture::new();
+    // Sleeps half a second for a document with "slow" (so the others wait and
+    // are batched), hangs on "hang", else finds the last file valid.
+    let script = f.script(
+        "fake",
+        r#"for a in "$@"; do case "$a" in --*|validate) ;; *) last="$a"
+  if grep -q hang "$a"; then exec /bin/sleep 60; fi
+  if grep -q slow "$a"; then /bin/sleep 0.5; fi ;; esac; done
+printf '{"valid":true,"documents":[{"file":"%s","kind":"Policy","name":"p"}],"errors":[]}\n' "$last""#,
+    );
+    let v = Validator::new(script, Duration::from_secs(1), 1, f.metrics.clone())
+        .with_temp_root(f.root.clone());
+    let started = Instant::now();
+    let docs = ["slow", "hang", "ok one", "ok two"].map(inline);
+    let slow = v.validate(&docs[0]);
+    let rest = async {
+        // Queued while the slow run holds the only permit.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        futures::future::join3(
+            v.validate(&docs[1]),
+            v.validate(&docs[2]),
+            v.validate(&docs[3]),
+        )
+        .await
+    };
+    let (slow, (hang, one, two)) = futures::future::join(slow, rest).await;
+    let valid = Verdict::Valid {
+        policy_name: Some("p".into()),
+    };
+    assert_eq!((&slow, &one, &two), (&valid, &valid, &valid));
+    assert_eq!(
+        error_message(hang),
+        "haltsql validate did not finish within 1s"
+    );
+    let batch = f
+        .metrics
+        .validator_processes
+        .with_label_values(&["batch"])
+        .get();
+    assert_eq!(batch, 1, "the three waiting documents ran together first");
+    // slow 0.5 s, the batch's timeout 1 s, the hang's own timeout 1 s.
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        started.elapsed()
+    );
     f.assert_clean();
 }

@@ -20,6 +20,18 @@
 //! binary, so a resync or a revert to earlier content costs no subprocess.
 //! Only `Valid` and `Invalid` are cached; an `Error` says nothing about the
 //! document and must be retried.
+//!
+//! At most `concurrency` runs go at once. Documents that arrive while every
+//! run is busy wait, and the next free run takes all of them (up to
+//! [`MAX_BATCH_DOCUMENTS`]) in one `haltsql validate`, each its own file in
+//! one private directory: a cold start of a thousand policies costs a few
+//! dozen processes, while a single edit still runs at once, alone. A batch
+//! only ever decides `Valid`: a document with an error, and every document
+//! of a batch that failed as a whole (timeout, signal, exit 2, a report
+//! that cannot be believed), is judged again alone, so one bad document
+//! never changes another's verdict, and every message names `policy.yaml`
+//! exactly as a run of its own would. A hang costs the others at most one
+//! timeout before they are judged alone.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
@@ -34,6 +46,7 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{Semaphore, oneshot};
 use tracing::{debug, warn};
 
 use crate::metrics::Metrics;
@@ -51,6 +64,10 @@ pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
 pub const MAX_LISTED_ERRORS: usize = 20;
 /// Verdicts kept in the cache; the oldest is evicted first.
 pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
+/// Most documents judged by one `haltsql validate` run.
+pub const MAX_BATCH_DOCUMENTS: usize = 64;
+/// Most document bytes in one run (a policy is at most 256 KiB).
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 
 /// What `haltsql validate` said about a document.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,18 +102,32 @@ pub struct Validator {
     metrics: Metrics,
     temp_root: PathBuf,
     cache: Mutex<VerdictCache>,
+    /// Documents waiting for a run, oldest first.
+    waiting: Mutex<VecDeque<Waiting>>,
+    /// One permit per run that may go at once.
+    runs: Semaphore,
+}
+
+/// A document waiting for a run, and whoever waits for its verdict.
+struct Waiting {
+    key: String,
+    doc: ValidationDocument,
+    reply: oneshot::Sender<Verdict>,
 }
 
 impl Validator {
-    /// A validator running `binary` with `timeout` per run, creating its
-    /// private directories under the system temp directory.
-    pub fn new(binary: PathBuf, timeout: Duration, metrics: Metrics) -> Self {
+    /// A validator running `binary` with `timeout` per run and at most
+    /// `concurrency` runs at once, creating its private directories under
+    /// the system temp directory.
+    pub fn new(binary: PathBuf, timeout: Duration, concurrency: usize, metrics: Metrics) -> Self {
         Self {
             binary,
             timeout,
             metrics,
             temp_root: std::env::temp_dir(),
             cache: Mutex::new(VerdictCache::new(DEFAULT_CACHE_CAPACITY)),
+            waiting: Mutex::new(VecDeque::new()),
+            runs: Semaphore::new(concurrency.max(1)),
         }
     }
 
@@ -129,21 +160,145 @@ impl Validator {
                 .inc();
             return verdict;
         }
+        let (reply, mut verdict) = oneshot::channel();
+        lock(&self.waiting).push_back(Waiting {
+            key,
+            doc: doc.clone(),
+            reply,
+        });
+        loop {
+            tokio::select! {
+                biased;
+                answer = &mut verdict => return answer.unwrap_or_else(|_| cancelled()),
+                permit = self.runs.acquire() => {
+                    let Ok(_permit) = permit else {
+                        return cancelled();
+                    };
+                    let batch = self.take_batch();
+                    if batch.is_empty() {
+                        // Another run took this document; its answer comes.
+                        return verdict.await.unwrap_or_else(|_| cancelled());
+                    }
+                    self.judge_batch(batch).await;
+                }
+            }
+        }
+    }
+
+    /// The oldest waiting documents, up to the batch limits; documents with
+    /// the same key are judged once.
+    fn take_batch(&self) -> Vec<Batched> {
+        let mut waiting = lock(&self.waiting);
+        let mut batch: Vec<Batched> = Vec::new();
+        let mut bytes = 0;
+        while let Some(next) = waiting.front() {
+            if let Some(same) = batch.iter_mut().find(|b| b.key == next.key) {
+                if let Some(w) = waiting.pop_front() {
+                    same.replies.push(w.reply);
+                }
+                continue;
+            }
+            let size = next.doc.contents.len();
+            if !batch.is_empty()
+                && (batch.len() >= MAX_BATCH_DOCUMENTS || bytes + size > MAX_BATCH_BYTES)
+            {
+                break;
+            }
+            let Some(w) = waiting.pop_front() else { break };
+            bytes += size;
+            batch.push(Batched {
+                key: w.key,
+                doc: w.doc,
+                replies: vec![w.reply],
+            });
+        }
+        batch
+    }
+
+    /// Judges a batch and answers everyone waiting for it.
+    async fn judge_batch(&self, batch: Vec<Batched>) {
+        let verdicts: Vec<Option<Verdict>> = if batch.len() == 1 {
+            vec![None]
+        } else {
+            let docs: Vec<&ValidationDocument> = batch.iter().map(|b| &b.doc).collect();
+            self.run_together(&docs).await
+        };
+        for (entry, together) in batch.into_iter().zip(verdicts) {
+            let verdict = match together {
+                Some(verdict) => verdict,
+                None => self.run_alone(&entry.doc).await,
+            };
+            if !matches!(verdict, Verdict::Error { .. }) {
+                lock(&self.cache).insert(entry.key, verdict.clone());
+            }
+            self.metrics
+                .validator_runs
+                .with_label_values(&[verdict.outcome()])
+                .inc();
+            for reply in entry.replies {
+                // The waiter may be gone (shutdown); nothing to tell it then.
+                let _ = reply.send(verdict.clone());
+            }
+        }
+    }
+
+    /// One run of `doc` alone in a fresh private directory.
+    async fn run_alone(&self, doc: &ValidationDocument) -> Verdict {
         let started = Instant::now();
         let verdict = self.run(doc).await;
-        let outcome = verdict.outcome();
+        self.observe_run(verdict.outcome(), started);
+        verdict
+    }
+
+    /// One run over several documents, each its own file of one private
+    /// directory. Returns, per document, `Some(Valid)` when the run
+    /// certainly found it valid and `None` when it must be judged alone.
+    async fn run_together(&self, docs: &[&ValidationDocument]) -> Vec<Option<Verdict>> {
+        let started = Instant::now();
+        let names: Vec<String> = docs
+            .iter()
+            .enumerate()
+            .map(|(i, doc)| format!("{i:03}-{}", doc.file_name))
+            .collect();
+        let undecided = || vec![None; docs.len()];
+        if !docs.iter().all(|d| is_plain_file_name(&d.file_name)) {
+            return undecided();
+        }
+        let Ok(dir) = PrivateDir::create(&self.temp_root) else {
+            return undecided();
+        };
+        for (doc, name) in docs.iter().zip(&names) {
+            if dir.write_file(name, doc.contents.as_bytes()).is_err() {
+                return undecided();
+            }
+        }
+        let run = self.spawn_and_collect(dir.path(), &names).await;
+        drop(dir);
+        let verdicts = match run {
+            Ok((status, stdout, _)) if matches!(status.code(), Some(0 | 1)) => {
+                match serde_json::from_slice::<Report>(&stdout) {
+                    Ok(report) => names
+                        .iter()
+                        .map(|name| valid_in_batch(&report, name))
+                        .collect(),
+                    Err(_) => undecided(),
+                }
+            }
+            _ => undecided(),
+        };
+        self.observe_run("batch", started);
+        verdicts
+    }
+
+    fn observe_run(&self, outcome: &str, started: Instant) {
         self.metrics
-            .validator_runs
+            .validator_processes
             .with_label_values(&[outcome])
             .inc();
         self.metrics
             .validator_duration
             .with_label_values(&[outcome])
             .observe(started.elapsed().as_secs_f64());
-        if !matches!(verdict, Verdict::Error { .. }) {
-            lock(&self.cache).insert(key, verdict.clone());
-        }
-        verdict
     }
 
     /// One run in a fresh private directory, removed when `dir` drops.
@@ -178,9 +333,24 @@ impl Validator {
     }
 
     async fn spawn_and_judge(&self, dir: &Path, file_name: &str) -> Verdict {
+        match self.spawn_and_collect(dir, &[file_name.to_owned()]).await {
+            Ok((status, stdout, stderr)) => judge(status, &stdout, &stderr),
+            Err(verdict) => verdict,
+        }
+    }
+
+    /// Runs `haltsql validate --sealed --format json -- FILES` in `dir` and
+    /// collects its exit status, stdout and stderr; an `Err` is the verdict
+    /// for a run that went wrong before its report could be read.
+    async fn spawn_and_collect(
+        &self,
+        dir: &Path,
+        file_names: &[String],
+    ) -> Result<(std::process::ExitStatus, Vec<u8>, String), Verdict> {
         let mut command = tokio::process::Command::new(&self.binary);
         command
-            .args(["validate", "--sealed", "--format", "json", "--", file_name])
+            .args(["validate", "--sealed", "--format", "json", "--"])
+            .args(file_names)
             .env_clear()
             .current_dir(dir)
             .stdin(Stdio::null())
@@ -193,9 +363,9 @@ impl Validator {
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(e) => {
-                return Verdict::Error {
+                return Err(Verdict::Error {
                     message: format!("cannot run {}: {e}", self.binary.display()),
-                };
+                });
             }
         };
         // Whatever the outcome, nothing of the run outlives it: a process the
@@ -225,20 +395,20 @@ impl Validator {
                 }
                 // Reap it before the private directory goes away.
                 let _ = tokio::time::timeout(Duration::from_secs(5), child.wait()).await;
-                return Verdict::Error {
+                return Err(Verdict::Error {
                     message: format!(
                         "haltsql validate did not finish within {}s",
                         self.timeout.as_secs_f64()
                     ),
-                };
+                });
             }
         };
         let status = match status {
             Ok(status) => status,
             Err(e) => {
-                return Verdict::Error {
+                return Err(Verdict::Error {
                     message: format!("waiting for haltsql validate: {e}"),
-                };
+                });
             }
         };
         let stderr = match stderr {
@@ -247,18 +417,54 @@ impl Validator {
         };
         let stdout = match stdout {
             Ok(out) if out.truncated => {
-                return Verdict::Error {
+                return Err(Verdict::Error {
                     message: format!("haltsql validate printed more than {MAX_STDOUT_BYTES} bytes"),
-                };
+                });
             }
             Ok(out) => out.bytes,
             Err(e) => {
-                return Verdict::Error {
+                return Err(Verdict::Error {
                     message: format!("reading the output of haltsql validate: {e}"),
-                };
+                });
             }
         };
-        judge(status, &stdout, &stderr)
+        Ok((status, stdout, stderr))
+    }
+}
+
+/// Documents of one batch with the same key, and everyone waiting for them.
+struct Batched {
+    key: String,
+    doc: ValidationDocument,
+    replies: Vec<oneshot::Sender<Verdict>>,
+}
+
+/// The verdict a batch run's report gives the file `name`: `Valid` only
+/// when the report lists it as read and no error is located in it.
+fn valid_in_batch(report: &Report, name: &str) -> Option<Verdict> {
+    if report.errors.iter().any(|e| e.file == name) {
+        return None;
+    }
+    let read: Vec<&ReportDocument> = report
+        .documents
+        .iter()
+        .filter(|d| d.file.as_deref() == Some(name))
+        .collect();
+    let [document] = read.as_slice() else {
+        return None;
+    };
+    Some(Verdict::Valid {
+        policy_name: if document.kind.as_deref() == Some("Policy") {
+            Some(document.name.clone()?)
+        } else {
+            None
+        },
+    })
+}
+
+fn cancelled() -> Verdict {
+    Verdict::Error {
+        message: "the validation was cancelled (the operator is stopping)".to_owned(),
     }
 }
 
@@ -448,6 +654,8 @@ struct Report {
 #[derive(Deserialize)]
 struct ReportDocument {
     #[serde(default)]
+    file: Option<String>,
+    #[serde(default)]
     kind: Option<String>,
     #[serde(default)]
     name: Option<String>,
@@ -606,8 +814,9 @@ impl PrivateDir {
             .create_new(true)
             .mode(0o600)
             .open(self.path.join(name))?;
-        file.write_all(contents)?;
-        file.sync_all()
+        // No fsync: the child reads it through the page cache, and the
+        // directory is gone before a crash could matter.
+        file.write_all(contents)
     }
 }
 
