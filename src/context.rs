@@ -18,6 +18,7 @@ use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::backoff::Backoff;
 use crate::metrics::Metrics;
 use crate::policy::Validator;
+use crate::status_patch::OwnWrites;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "haltsql-operator";
@@ -98,6 +99,8 @@ pub struct Context {
     pub settings: Settings,
     /// Publishes Kubernetes Events about the servers.
     pub recorder: Recorder,
+    /// Our status writes the stores have not shown yet.
+    pub own_writes: OwnWrites,
 }
 
 impl Context {
@@ -127,6 +130,7 @@ impl Context {
             policy_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             server_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
             settings,
+            own_writes: OwnWrites::default(),
         }
     }
 }

@@ -303,15 +303,19 @@ async fn run_scope(
     let drivers = {
         let servers_store = servers.reader.clone();
         let to_servers = requeue_server.clone();
+        let policy_ctx = ctx.clone();
         let policy_deleted = move |policy: &HaltSQLPolicy| {
+            policy_ctx.own_writes.forget(policy);
             for server in server::servers_referencing(&servers_store, policy) {
                 let _ = to_servers.unbounded_send(server);
             }
         };
         let to_policies = requeue_policy.clone();
         let synced_inputs = synced_inputs.clone();
+        let server_ctx = ctx.clone();
         let server_deleted = move |server: &HaltSQLServer| {
             synced_inputs.forget(server);
+            server_ctx.own_writes.forget(server);
             for policy in policy::policies_referenced_by(server) {
                 let _ = to_policies.unbounded_send(policy);
             }

@@ -1,7 +1,9 @@
 //! Writing the status subresource of our own resources, the one way both
 //! controllers do it.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::Mutex;
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, Patch, PatchParams};
@@ -10,6 +12,69 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::metrics::Metrics;
+
+/// A pass skipped over a stale cache looks again this soon, in case the
+/// event of our write never comes (a watch restart relists instead).
+pub const STALE_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The resourceVersion each of our status writes replaced, per object, until
+/// the cache shows a newer one. A pass over the replaced version (a requeue
+/// that comes before the watch delivers our own write) could only end in a
+/// 409, so it is skipped: the write's watch event brings the next pass.
+#[derive(Debug, Default)]
+pub struct OwnWrites {
+    replaced: Mutex<HashMap<String, String>>,
+}
+
+impl OwnWrites {
+    /// True while `obj` is the version one of our writes replaced.
+    pub fn is_stale<K: Resource>(&self, obj: &K) -> bool
+    where
+        K::DynamicType: Default,
+    {
+        let key = object_key(obj);
+        let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        match (replaced.get(&key), obj.meta().resource_version.as_deref()) {
+            (Some(old), Some(current)) if old == current => true,
+            (Some(_), _) => {
+                replaced.remove(&key);
+                false
+            }
+            (None, _) => false,
+        }
+    }
+
+    fn record<K: Resource>(&self, obj: &K)
+    where
+        K::DynamicType: Default,
+    {
+        if let Some(version) = obj.meta().resource_version.clone() {
+            let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+            replaced.insert(object_key(obj), version);
+        }
+    }
+
+    /// Forgets a deleted object.
+    pub fn forget<K: Resource>(&self, obj: &K)
+    where
+        K::DynamicType: Default,
+    {
+        let mut replaced = self.replaced.lock().unwrap_or_else(|e| e.into_inner());
+        replaced.remove(&object_key(obj));
+    }
+}
+
+fn object_key<K: Resource>(obj: &K) -> String
+where
+    K::DynamicType: Default,
+{
+    format!(
+        "{}/{}/{}",
+        K::kind(&Default::default()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    )
+}
 
 /// A merge patch of the status subresource carrying the resourceVersion that
 /// was read, so a concurrent change fails with 409 instead of being
@@ -21,6 +86,7 @@ pub async fn patch_status<K, S>(
     old: Option<&S>,
     new: &S,
     metrics: &Metrics,
+    own_writes: &OwnWrites,
 ) -> Result<(), kube::Error>
 where
     K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
@@ -49,5 +115,6 @@ where
     )
     .await?;
     metrics.write(&K::kind(&Default::default()), "status");
+    own_writes.record(obj);
     Ok(())
 }

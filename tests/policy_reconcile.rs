@@ -493,7 +493,7 @@ async fn synced_follows_the_servers_rollouts() {
     let synced = find(&policy.status.expect("status").conditions, "Synced").expect("Synced");
     assert_eq!(
         synced.message,
-        "1 of 1 referencing HaltSQLServers have not rolled out this content yet: hs"
+        "not every referencing HaltSQLServer runs this content yet (their Progressing condition tells how far each is): hs"
     );
 
     f.complete_rollout("hs").await;

@@ -178,6 +178,11 @@ pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<
     async move {
         let timer = ctx.metrics.start_reconcile(ControllerKind::Policy);
         let key = object_key(policy.namespace().as_deref(), &policy.name_any());
+        if ctx.own_writes.is_stale(&*policy) {
+            debug!("the cache has not shown our last status write yet; its event brings the next pass");
+            timer.finish("stale");
+            return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
+        }
         let result = reconcile_policy(&policy, &ctx).await;
         match &result {
             Ok(Pass::Done) => {
@@ -260,6 +265,7 @@ async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass,
             policy.status.as_ref(),
             &status,
             &ctx.metrics,
+            &ctx.own_writes,
         )
         .await?;
     }
@@ -409,12 +415,10 @@ fn synced_condition(
     }
     // Sorted, so the message is the same on every pass.
     referencing.sort_by_key(|s| s.name_any());
-    let waiting: Vec<String> = referencing
+    if referencing
         .iter()
-        .filter(|s| !has_applied(s, policy_name, hash))
-        .map(|s| s.name_any())
-        .collect();
-    if waiting.is_empty() {
+        .all(|s| has_applied(s, policy_name, hash))
+    {
         DesiredCondition::new(
             ConditionStatus::True,
             SyncedReason::Synced,
@@ -427,11 +431,12 @@ fn synced_condition(
         DesiredCondition::new(
             ConditionStatus::False,
             SyncedReason::RollingOut,
+            // Names every referencing server, not only those still rolling
+            // out: the message stays the same until the last one is done, so
+            // a rollout costs the policy no status write per server.
             format!(
-                "{} of {} referencing HaltSQLServers have not rolled out this content yet: {}",
-                waiting.len(),
-                referencing.len(),
-                name_list(waiting)
+                "not every referencing HaltSQLServer runs this content yet (their Progressing condition tells how far each is): {}",
+                name_list(referencing.iter().map(|s| s.name_any()).collect())
             ),
         )
     }

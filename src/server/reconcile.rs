@@ -52,6 +52,11 @@ pub async fn reconcile(server: Arc<HaltSQLServer>, ctx: Arc<Context>) -> Result<
     );
     async move {
         let timer = ctx.metrics.start_reconcile(ControllerKind::Server);
+        if ctx.own_writes.is_stale(&*server) {
+            debug!("the cache has not shown our last status write yet; its event brings the next pass");
+            timer.finish("stale");
+            return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
+        }
         let result = reconcile_server(&server, &ctx).await;
         let key = object_key(server.namespace().as_deref(), &server.name_any());
         match &result {
@@ -109,6 +114,7 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Actio
             server.status.as_ref(),
             &status,
             &ctx.metrics,
+            &ctx.own_writes,
         )
         .await?;
     }
@@ -178,6 +184,7 @@ async fn report_lasting_apply_failure(
         server.status.as_ref(),
         &status,
         &ctx.metrics,
+        &ctx.own_writes,
     )
     .await
     {
