@@ -639,7 +639,7 @@ fn direct_context(
 }
 
 #[tokio::test]
-async fn a_stale_object_conflicts_quietly_and_a_second_pass_writes_nothing() {
+async fn a_stale_object_is_skipped_a_conflict_is_quiet_and_a_second_pass_writes_nothing() {
     use haltsql_operator::policy::reconcile;
     use kube::runtime::controller::Action;
     use std::sync::Arc;
@@ -675,9 +675,29 @@ async fn a_stale_object_conflicts_quietly_and_a_second_pass_writes_nothing() {
     assert_eq!(action.expect("first pass"), resync);
     assert_eq!(writes(), 1);
 
-    // The same (now stale) object again: the write carries its old
-    // resourceVersion and conflicts; that is a quick requeue, not an error.
-    let action = reconcile(Arc::new(stale), ctx.clone()).await;
+    // The same object again, the version our write replaced: the cache has
+    // not shown the write yet, so the pass is skipped without a request.
+    let action = reconcile(Arc::new(stale.clone()), ctx.clone()).await;
+    assert_eq!(
+        action.expect("a stale pass is not an error"),
+        Action::requeue(haltsql_operator::status_patch::STALE_RECHECK)
+    );
+    assert_eq!((writes(), reconciles("stale")), (1, 1));
+
+    // Someone else wrote after us, and the pass works from an older view
+    // whose status differs: the write carries that old resourceVersion and
+    // conflicts; that is a quick requeue, not an error.
+    let mut behind = policies.get("orders").await.expect("policy");
+    policies
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await
+        .expect("foreign write");
+    behind.status = None;
+    let action = reconcile(Arc::new(behind), ctx.clone()).await;
     assert_eq!(
         action.expect("conflict is not an error"),
         Action::requeue(Duration::from_millis(500))

@@ -179,7 +179,9 @@ pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<
         let timer = ctx.metrics.start_reconcile(ControllerKind::Policy);
         let key = object_key(policy.namespace().as_deref(), &policy.name_any());
         if ctx.own_writes.is_stale(&*policy) {
-            debug!("the cache has not shown our last status write yet; its event brings the next pass");
+            debug!(
+                "the cache has not shown our last status write yet; its event brings the next pass"
+            );
             timer.finish("stale");
             return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
         }

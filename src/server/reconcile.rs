@@ -53,7 +53,9 @@ pub async fn reconcile(server: Arc<HaltSQLServer>, ctx: Arc<Context>) -> Result<
     async move {
         let timer = ctx.metrics.start_reconcile(ControllerKind::Server);
         if ctx.own_writes.is_stale(&*server) {
-            debug!("the cache has not shown our last status write yet; its event brings the next pass");
+            debug!(
+                "the cache has not shown our last status write yet; its event brings the next pass"
+            );
             timer.finish("stale");
             return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
         }
