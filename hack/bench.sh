@@ -4,7 +4,9 @@
 # install the CRDs, run the benchmark program (examples/bench) and print its
 # table. Results: target/bench/results.json (or $BENCH_OUT/results.json).
 #
-#   BENCH_SCALE=small|default   sizes (default: default; small takes a few minutes)
+#   BENCH_SCALE=small|default|large|curve   sizes (default: default; small takes a
+#                               few minutes; curve runs small, default and large one
+#                               after the other and prints how the figures grow)
 #   BENCH_ARGS="..."            extra flags, e.g. "--policies 300 --idle-seconds 30"
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -43,13 +45,25 @@ bin/kubectl --kubeconfig "$root/.cluster/full/kubeconfig" apply --server-side --
 bin/kubectl --kubeconfig "$root/.cluster/full/kubeconfig" wait --for=condition=Established --timeout=60s \
   crd/haltsqlpolicies.haltsql.dev crd/haltsqlservers.haltsql.dev >/dev/null
 
-mkdir -p "$out"
-# shellcheck disable=SC2086
-"$target/release/examples/bench" \
-  --scale "$scale" \
-  --kubeconfig "$root/.cluster/full/kubeconfig" \
-  --kubectl "$root/bin/kubectl" \
-  --operator-bin "$target/release/haltsql-operator" \
-  --haltsql-bin "$target/release/haltsql" \
-  --out-dir "$out" \
-  "${verify_args[@]}" ${BENCH_ARGS:-} | tee "$out/table.txt"
+bench() { # bench SCALE OUT
+  mkdir -p "$2"
+  # shellcheck disable=SC2086
+  "$target/release/examples/bench" \
+    --scale "$1" \
+    --kubeconfig "$root/.cluster/full/kubeconfig" \
+    --kubectl "$root/bin/kubectl" \
+    --operator-bin "$target/release/haltsql-operator" \
+    --haltsql-bin "$target/release/haltsql" \
+    --out-dir "$2" \
+    "${verify_args[@]}" ${BENCH_ARGS:-} | tee "$2/table.txt"
+}
+if [ "$scale" = curve ]; then
+  for size in small default large; do
+    echo ">> BENCH_SCALE=$size" >&2
+    bench "$size" "$out/$size"
+  done
+  "$target/release/examples/bench" --scale default --operator-bin - --haltsql-bin - \
+    --curve "$out/small" "$out/default" "$out/large" | tee "$out/curve.txt"
+else
+  bench "$scale" "$out"
+fi

@@ -16,6 +16,7 @@
 //!     --operator-bin target/release/haltsql-operator --haltsql-bin target/release/haltsql
 //! ```
 
+mod curve;
 mod fixtures;
 mod operator;
 mod report;
@@ -53,6 +54,8 @@ enum Scale {
     Small,
     /// N=1000, M=100, K=50, 300 s idle, 10,000 ConfigMaps and 1,000 Deployments.
     Default,
+    /// N=5000, M=500 in 50 namespaces, K=50, 60 s idle, 10,000 ConfigMaps and 1,000 Deployments.
+    Large,
 }
 
 #[derive(Debug, Parser)]
@@ -107,6 +110,10 @@ struct Args {
     /// Leave the benchmark namespaces in place at the end.
     #[arg(long)]
     keep: bool,
+    /// Print how the figures grow over the results.json of earlier runs
+    /// (one folder per size, smallest first) instead of running anything.
+    #[arg(long, value_name = "DIR", num_args = 1..)]
+    curve: Vec<PathBuf>,
 }
 
 /// The sizes of one run.
@@ -124,21 +131,41 @@ struct Sizes {
 
 impl Sizes {
     fn from(args: &Args) -> Self {
-        let small = matches!(args.scale, Scale::Small);
-        let pick = |o: Option<usize>, s: usize, d: usize| o.unwrap_or(if small { s } else { d });
-        let pick64 = |o: Option<u64>, s: u64, d: u64| o.unwrap_or(if small { s } else { d });
-        let policies = pick(args.policies, 100, 1000);
-        let servers = pick(args.servers, 10, 100);
-        let namespaces = pick(args.namespaces, 5, 10);
+        // small, default, large
+        let (s, l) = (
+            matches!(args.scale, Scale::Small),
+            matches!(args.scale, Scale::Large),
+        );
+        let pick = |o: Option<usize>, [small, default, large]: [usize; 3]| {
+            o.unwrap_or(if s {
+                small
+            } else if l {
+                large
+            } else {
+                default
+            })
+        };
+        let pick64 = |o: Option<u64>, [small, default, large]: [u64; 3]| {
+            o.unwrap_or(if s {
+                small
+            } else if l {
+                large
+            } else {
+                default
+            })
+        };
+        let policies = pick(args.policies, [100, 1000, 5000]);
+        let servers = pick(args.servers, [10, 100, 500]);
+        let namespaces = pick(args.namespaces, [5, 10, 50]);
         Sizes {
             layout: Layout::new(policies, servers, namespaces),
-            edits: pick(args.edits, 10, 50),
-            idle: Duration::from_secs(pick64(args.idle_seconds, 60, 300)),
-            idle2: Duration::from_secs(pick64(args.idle2_seconds, 30, 60)),
-            unrelated_config_maps: pick(args.unrelated_config_maps, 1000, 10_000),
-            unrelated_deployments: pick(args.unrelated_deployments, 100, 1000),
+            edits: pick(args.edits, [10, 50, 50]),
+            idle: Duration::from_secs(pick64(args.idle_seconds, [60, 300, 60])),
+            idle2: Duration::from_secs(pick64(args.idle2_seconds, [30, 60, 30])),
+            unrelated_config_maps: pick(args.unrelated_config_maps, [1000, 10_000, 10_000]),
+            unrelated_deployments: pick(args.unrelated_deployments, [100, 1000, 1000]),
             verify_seconds: args.verify_seconds.unwrap_or(3.0),
-            timeout: Duration::from_secs(pick64(args.timeout_seconds, 900, 3600)),
+            timeout: Duration::from_secs(pick64(args.timeout_seconds, [900, 3600, 3600])),
         }
     }
 }
@@ -734,6 +761,42 @@ fn run_verify_bench(binary: &Path, seconds: f64) -> Result<(Vec<VerifyRow>, Stri
     Ok((rows, text))
 }
 
+/// Writes per object during the cold start, from the operator's metrics.
+struct ColdWrites {
+    policy_status_per_policy: f64,
+    server_status_per_server: f64,
+    applies_per_server: f64,
+    conflicts: f64,
+    stale: f64,
+}
+
+impl ColdWrites {
+    fn from(m: &operator::Metrics, policies: usize, servers: usize) -> Self {
+        let labelled = |name: &str, wanted: &[&str]| -> f64 {
+            m.series(name)
+                .iter()
+                .filter(|(labels, _)| wanted.iter().all(|w| labels.contains(w)))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let writes = "haltsql_operator_api_writes_total";
+        let reconciles = "haltsql_operator_reconciles_total";
+        ColdWrites {
+            policy_status_per_policy: labelled(
+                writes,
+                &["kind=\"HaltSQLPolicy\"", "verb=\"status\""],
+            ) / policies.max(1) as f64,
+            server_status_per_server: labelled(
+                writes,
+                &["kind=\"HaltSQLServer\"", "verb=\"status\""],
+            ) / servers.max(1) as f64,
+            applies_per_server: labelled(writes, &["verb=\"apply\""]) / servers.max(1) as f64,
+            conflicts: labelled(reconciles, &["result=\"conflict\""]),
+            stale: labelled(reconciles, &["result=\"stale\""]),
+        }
+    }
+}
+
 fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
@@ -749,6 +812,9 @@ fn nproc() -> usize {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if !args.curve.is_empty() {
+        return curve::print(&args.curve);
+    }
     let sizes = Sizes::from(&args);
     let layout = sizes.layout.clone();
     std::fs::create_dir_all(&args.out_dir)?;
@@ -844,6 +910,7 @@ async fn main() -> Result<()> {
     let applied_at = applied_at.unwrap_or(converged_at);
     let convergence = converged_at - t0;
     let cpu_cold = op.sample();
+    let op_peak_cold_kib = op.peak_rss_kib();
     let m_cold = op.metrics().await?;
     std::fs::write(args.out_dir.join("operator-1.cold.metrics"), &m_cold.0)?;
     eprintln!("bench: converged in {}", secs(convergence));
@@ -1018,6 +1085,32 @@ async fn main() -> Result<()> {
             m_cold.sum("haltsql_operator_api_writes_total")
         ),
         "",
+    );
+    let writes = ColdWrites::from(&m_cold, n, m);
+    t.add(
+        "1 cold",
+        "status writes per policy / per server; applies per server",
+        format!(
+            "{:.2} / {:.2}; {:.2}",
+            writes.policy_status_per_policy,
+            writes.server_status_per_server,
+            writes.applies_per_server
+        ),
+        format!(
+            "<= 2 per policy ({})",
+            verdict(writes.policy_status_per_policy <= 2.0)
+        ),
+    );
+    t.add(
+        "1 cold",
+        "validator processes; reconciles ended in 409 / skipped over a stale cache",
+        format!(
+            "{}; {} / {}",
+            m_cold.sum("haltsql_operator_validator_processes_total"),
+            writes.conflicts,
+            writes.stale
+        ),
+        "409: 0",
     );
     let p99 = percentile(&edit_lat, 0.99);
     t.add(
@@ -1229,7 +1322,15 @@ async fn main() -> Result<()> {
                 .iter().map(|(l, v)| format!("{l} {v}")).collect::<Vec<_>>(),
             "converged_seconds": d(convergence),
             "validator_runs": m_cold.sum("haltsql_operator_validator_runs_total"),
+            "validator_processes": m_cold.sum("haltsql_operator_validator_processes_total"),
             "api_writes": m_cold.sum("haltsql_operator_api_writes_total"),
+            "policy_status_writes_per_policy": writes.policy_status_per_policy,
+            "server_status_writes_per_server": writes.server_status_per_server,
+            "applies_per_server": writes.applies_per_server,
+            "reconciles_conflict": writes.conflicts,
+            "reconciles_stale": writes.stale,
+            "cpu_seconds": cpu_cold.cpu_s,
+            "peak_rss_mib": op_peak_cold_kib as f64 / 1024.0,
             "floor": {
                 "validate_serial_seconds": d(floor.validate),
                 "apply_seconds": d(floor.apply),
