@@ -196,12 +196,10 @@ AUDIT
       --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
       --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle' \
       --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --concurrent-gc-syncs 20 \
-      --kube-api-qps 200 --kube-api-burst 400 \
       --v=1
     start kube-scheduler "$bin/kube-scheduler" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
-      --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false \
-      --kube-api-qps 200 --kube-api-burst 400 --v=1
+      --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --v=1
   fi
   if [ "$mode" = node ]; then
     node_up

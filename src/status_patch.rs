@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Debug;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Api, Patch, PatchParams};
@@ -13,14 +16,15 @@ use serde::de::DeserializeOwned;
 
 use crate::metrics::Metrics;
 
-/// A pass skipped over a stale cache looks again this soon, in case the
-/// event of our write never comes (a watch restart relists instead).
-pub const STALE_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+/// How long a pass waits for the cache to show our own last status write.
+const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
+/// A pass that still sees a stale cache after that looks again this soon.
+pub const STALE_RECHECK: Duration = Duration::from_secs(2);
 
 /// The resourceVersion each of our status writes replaced, per object, until
 /// the cache shows a newer one. A pass over the replaced version (a requeue
 /// that comes before the watch delivers our own write) could only end in a
-/// 409, so it is skipped: the write's watch event brings the next pass.
+/// 409, so it waits for the cache instead.
 #[derive(Debug, Default)]
 pub struct OwnWrites {
     replaced: Mutex<HashMap<String, String>>,
@@ -42,6 +46,31 @@ impl OwnWrites {
             }
             (None, _) => false,
         }
+    }
+
+    /// `obj` as the cache shows it once it shows our last write (at once,
+    /// usually: the watch event is on its way), or `None` if it still does
+    /// not after [`CATCH_UP_WAIT`].
+    pub async fn caught_up<K>(&self, store: &Store<K>, obj: Arc<K>) -> Option<Arc<K>>
+    where
+        K: Resource + Clone,
+        K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        if !self.is_stale(&*obj) {
+            return Some(obj);
+        }
+        let deadline = Instant::now() + CATCH_UP_WAIT;
+        let reference = ObjectRef::from_obj(&*obj);
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            match store.get(&reference) {
+                Some(current) if !self.is_stale(&*current) => return Some(current),
+                Some(_) => {}
+                // Deleted meanwhile: the delete event brings what follows.
+                None => return None,
+            }
+        }
+        None
     }
 
     fn record<K: Resource>(&self, obj: &K)

@@ -777,7 +777,8 @@ impl ColdWrites {
                 .iter()
                 .filter(|(labels, _)| wanted.iter().all(|w| labels.contains(w)))
                 .map(|(_, v)| v)
-                .sum()
+                .sum::<f64>()
+                + 0.0 // an empty sum is -0.0
         };
         let writes = "haltsql_operator_api_writes_total";
         let reconciles = "haltsql_operator_reconciles_total";

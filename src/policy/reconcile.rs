@@ -178,13 +178,11 @@ pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<
     async move {
         let timer = ctx.metrics.start_reconcile(ControllerKind::Policy);
         let key = object_key(policy.namespace().as_deref(), &policy.name_any());
-        if ctx.own_writes.is_stale(&*policy) {
-            debug!(
-                "the cache has not shown our last status write yet; its event brings the next pass"
-            );
+        let Some(policy) = ctx.own_writes.caught_up(&ctx.policies, policy).await else {
+            debug!("the cache does not show our last status write yet; looking again soon");
             timer.finish("stale");
             return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
-        }
+        };
         let result = reconcile_policy(&policy, &ctx).await;
         match &result {
             Ok(Pass::Done) => {

@@ -52,13 +52,11 @@ pub async fn reconcile(server: Arc<HaltSQLServer>, ctx: Arc<Context>) -> Result<
     );
     async move {
         let timer = ctx.metrics.start_reconcile(ControllerKind::Server);
-        if ctx.own_writes.is_stale(&*server) {
-            debug!(
-                "the cache has not shown our last status write yet; its event brings the next pass"
-            );
+        let Some(server) = ctx.own_writes.caught_up(&ctx.servers, server).await else {
+            debug!("the cache does not show our last status write yet; looking again soon");
             timer.finish("stale");
             return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
-        }
+        };
         let result = reconcile_server(&server, &ctx).await;
         let key = object_key(server.namespace().as_deref(), &server.name_any());
         match &result {
