@@ -16,10 +16,12 @@ use serde::de::DeserializeOwned;
 
 use crate::metrics::Metrics;
 
-/// How long a pass waits for the cache to show our own last status write.
-const CATCH_UP_WAIT: Duration = Duration::from_secs(1);
-/// A pass that still sees a stale cache after that looks again this soon.
-pub const STALE_RECHECK: Duration = Duration::from_secs(2);
+/// How long a pass waits for the cache to show our own last status write
+/// (it holds a reconcile slot meanwhile, so not long).
+const CATCH_UP_WAIT: Duration = Duration::from_millis(50);
+/// A pass that still sees a stale cache after that looks again this soon,
+/// unless the write's watch event brings it sooner.
+pub const STALE_RECHECK: Duration = Duration::from_millis(100);
 
 /// The resourceVersion each of our status writes replaced, per object, until
 /// the cache shows a newer one. A pass over the replaced version (a requeue
