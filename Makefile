@@ -101,6 +101,10 @@ bench: tools ## Benchmarks on the local cluster: table on stdout, target/bench/r
 loadtest: ## haltsql serve under slow connections and 16 MiB bodies while wrk measures good clients (loopback, ~1 min; installs wrk with apt when missing).
 	hack/loadtest.sh
 
+.PHONY: verify-bench
+verify-bench: ## Verify throughput of a real haltsql serve under wrk at 4 connections (decisions/s, p50/p99, load average; ~1 min; installs wrk with apt when missing).
+	hack/verify-bench.sh
+
 .PHONY: test
 test: tools ## Build everything, start the local clusters, run every test tier, stop the clusters.
 	hack/test.sh
