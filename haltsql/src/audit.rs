@@ -62,9 +62,12 @@ enum Sink {
 }
 
 struct Chain {
-    prev: String,
+    /// The hex SHA-256 of the last line written ([`GENESIS`] at first).
+    prev: [u8; 64],
     seq: u64,
     sinks: Vec<Sink>,
+    /// The line being written, reused from one event to the next.
+    buf: Vec<u8>,
 }
 
 /// The audit log of one process.
@@ -97,7 +100,7 @@ impl Delivery {
 /// One audit event, as written.
 #[derive(Debug, Serialize)]
 pub struct Event<'a> {
-    pub time: String,
+    pub time: &'a str,
     pub seq: u64,
     /// The token's name; null for unauthenticated requests.
     pub token: Option<&'a str>,
@@ -105,11 +108,11 @@ pub struct Event<'a> {
     /// `allow` or `deny`.
     pub decision: &'static str,
     pub statement: Option<&'a str>,
-    pub violations: Vec<Code>,
-    pub sql_sha256: String,
+    pub violations: &'a [Code],
+    pub sql_sha256: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sql: Option<&'a str>,
-    pub prev: String,
+    pub prev: &'a str,
 }
 
 impl AuditLog {
@@ -205,9 +208,10 @@ impl AuditLog {
         AuditLog {
             log_raw_sql,
             chain: Mutex::new(Chain {
-                prev: GENESIS.to_string(),
+                prev: hex_array(GENESIS),
                 seq: 0,
                 sinks,
+                buf: Vec::with_capacity(512),
             }),
             remotes: Vec::new(),
             process: Arc::from(""),
@@ -216,43 +220,61 @@ impl AuditLog {
 
     /// Record one decision. The event is written to every sink before this
     /// returns; an error means the decision must not be served.
+    ///
+    /// What does not depend on the chain (the SQL's hash, the codes) is
+    /// computed before the lock; under it, the line is serialized into a
+    /// buffer kept from one event to the next and written with one call
+    /// per sink.
     pub fn record(&self, token: Option<&str>, sql: &str, d: &Decision) -> Result<(), AuditError> {
-        let mut chain = self.chain.lock().map_err(|_| AuditError::Poisoned)?;
+        let mut sql_sha256 = [0u8; 64];
+        hex_sha256(sql.as_bytes(), &mut sql_sha256);
+        let violations = d.codes();
+        let mut guard = self.chain.lock().map_err(|_| AuditError::Poisoned)?;
+        let Chain {
+            prev,
+            seq,
+            sinks,
+            buf,
+        } = &mut *guard;
         let now = SystemTime::now();
+        let time = rfc3339(now);
         let event = Event {
-            time: rfc3339(now),
-            seq: chain.seq + 1,
+            time: &time,
+            seq: *seq + 1,
             token,
             policy: &d.policy,
             decision: if d.allowed { "allow" } else { "deny" },
             statement: d.statement.as_deref(),
-            violations: d.codes(),
-            sql_sha256: hex::encode(Sha256::digest(sql.as_bytes())),
+            violations: &violations,
+            sql_sha256: ascii(&sql_sha256),
             sql: self.log_raw_sql.then_some(sql),
-            prev: chain.prev.clone(),
+            prev: ascii(prev),
         };
-        let line: Arc<str> = Arc::from(serde_json::to_string(&event)?);
-        let seq = event.seq;
-        for sink in &mut chain.sinks {
+        buf.clear();
+        serde_json::to_writer(&mut *buf, &event)?;
+        let line_len = buf.len();
+        buf.push(b'\n');
+        let event_seq = event.seq;
+        // The line as shared text, made once for the remote sinks' queues.
+        let mut shared: Option<Arc<str>> = None;
+        for sink in sinks.iter_mut() {
             match sink {
                 Sink::Stdout => {
                     let mut out = io::stdout().lock();
-                    out.write_all(line.as_bytes())?;
-                    out.write_all(b"\n")?;
+                    out.write_all(buf)?;
                     out.flush()?;
                 }
-                Sink::File(f) => {
-                    let mut buf = Vec::with_capacity(line.len() + 1);
-                    buf.extend_from_slice(line.as_bytes());
-                    buf.push(b'\n');
-                    f.write_all(&buf)?;
+                Sink::File(f) => f.write_all(buf)?,
+                Sink::Memory(v) => v.push(line_text(&buf[..line_len])),
+                Sink::Remote(q) => {
+                    let line = shared
+                        .get_or_insert_with(|| Arc::from(line_text(&buf[..line_len]).as_str()));
+                    q.push(event_seq, line, now);
                 }
-                Sink::Memory(v) => v.push(line.to_string()),
-                Sink::Remote(q) => q.push(seq, &line, now),
             }
         }
-        chain.prev = hex::encode(Sha256::digest(line.as_bytes()));
-        chain.seq += 1;
+        hex_sha256(&buf[..line_len], prev);
+        *seq += 1;
         Ok(())
     }
 
@@ -271,6 +293,29 @@ impl AuditLog {
             .flatten()
             .collect()
     }
+}
+
+/// The lower-case hex SHA-256 of `data`, into `out`.
+fn hex_sha256(data: &[u8], out: &mut [u8; 64]) {
+    // Both lengths are fixed: 32 bytes make 64 hex digits.
+    let _ = hex::encode_to_slice(Sha256::digest(data), out);
+}
+
+/// A 64-digit hex string as an array.
+fn hex_array(s: &str) -> [u8; 64] {
+    let mut out = [b'0'; 64];
+    out.copy_from_slice(&s.as_bytes()[..64]);
+    out
+}
+
+/// Hex digits as text (always ASCII).
+fn ascii(hex: &[u8; 64]) -> &str {
+    std::str::from_utf8(hex).unwrap_or(GENESIS)
+}
+
+/// A serialized line as text (serde_json writes UTF-8 only).
+fn line_text(line: &[u8]) -> String {
+    String::from_utf8_lossy(line).into_owned()
 }
 
 /// Check a sequence of audit lines from one process: each `prev` is the
