@@ -19,6 +19,7 @@ mod walk;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sqlparser::dialect::{
@@ -112,8 +113,9 @@ pub struct Policy {
     search_path: Vec<String>,
     allowed_statements: BTreeSet<StatementKind>,
     require_limit_max: Option<u64>,
-    /// `schema.table` -> allowed columns (None: all).
-    tables: BTreeMap<(String, String), Option<HashSet<String>>>,
+    /// `schema.table` -> allowed columns (None: all); shared with each
+    /// request's walk instead of copied.
+    tables: BTreeMap<(String, String), Option<Arc<HashSet<String>>>>,
     /// Unqualified function names allowed.
     functions: HashSet<String>,
     /// Schema-qualified function names allowed exactly as written (`schema.name`).
@@ -137,7 +139,7 @@ impl Policy {
             };
             let cols = cols
                 .as_ref()
-                .map(|c| c.iter().cloned().collect::<HashSet<_>>());
+                .map(|c| Arc::new(c.iter().cloned().collect::<HashSet<_>>()));
             tables.insert((schema, table), cols);
         }
         let mut functions: HashSet<String> = functions::DEFAULT_FUNCTIONS

@@ -1582,7 +1582,7 @@ impl<'p> Walker<'p> {
             (Some(all), None) => {
                 Cols::Catalog(Arc::new(all.iter().map(|c| (c.clone(), true)).collect()))
             }
-            (None, Some(set)) => Cols::Listed(Arc::new(set.clone())),
+            (None, Some(set)) => Cols::Listed(Arc::clone(set)),
             (None, None) => Cols::All,
         };
         Source {
