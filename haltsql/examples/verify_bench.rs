@@ -22,6 +22,10 @@ use tokio::net::TcpStream;
 
 use haltsql::engine::{Policy, Rules};
 
+/// The allocator of the `haltsql` binary (src/main.rs).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TOKEN: &str = "bench-token";
 const ALLOWED: &str = "SELECT id, status, total_cents FROM orders WHERE status = 'paid' AND total_cents > 1000 ORDER BY id DESC LIMIT 50";
 const DENIED: &str = "SELECT id, email FROM orders WHERE status = 'paid' ORDER BY id DESC LIMIT 50";

@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use haltsql::cli;
 
+/// mimalloc instead of glibc malloc: a verify decision makes a few hundred
+/// small allocations (mostly sqlparser's tokens and AST), and malloc/free
+/// were the largest user-space cost under load (hack/verify-bench.sh).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// haltsql: check SQL against policies before it reaches the database.
 #[derive(Debug, Parser)]
 #[command(name = "haltsql", version, propagate_version = true)]
