@@ -8,7 +8,9 @@
 # VERIFY_BENCH_CONNECTIONS (default 4) keep-alive connections: once with a
 # typical allowed query, once with a typical denied one. Prints
 # decisions/s, latency p50/p99 and the load average (/proc/loadavg) at the
-# start and the end of each run, then runs the in-process benchmark
+# start and the end of each run, with the server's CPU time and context
+# switches per decision (steadier than decisions/s when other work shares
+# the cores), then runs the in-process benchmark
 # (haltsql/examples/verify_bench.rs) for comparison.
 #
 # The goal (issue 19) is 20,000 decisions/s at 4 connections on 2 cores on
