@@ -24,8 +24,9 @@
 //! At most `concurrency` runs go at once. Documents that arrive while every
 //! run is busy wait, and the next free run takes all of them (up to
 //! [`MAX_BATCH_DOCUMENTS`]) in one `haltsql validate`, each its own file in
-//! one private directory: a cold start of a thousand policies costs a few
-//! dozen processes, while a single edit still runs at once, alone. A batch
+//! one private directory: a cold start costs fewer processes than policies
+//! (415 for 1,000 in the benchmark), while a single edit still runs at
+//! once, alone. A batch
 //! only ever decides `Valid`: a document with an error, and every document
 //! of a batch that failed as a whole (timeout, signal, exit 2, a report
 //! that cannot be believed), is judged again alone, so one bad document
