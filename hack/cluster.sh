@@ -92,7 +92,7 @@ make_pki() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=haltsql-local-ca" \
       -keyout ca.key -out ca.crt 2>/dev/null
     cat >serving.ext <<EXT
-subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.0.0.1,DNS:kubernetes.default.svc${extra_sans:-}
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:198.19.64.1,DNS:kubernetes.default.svc${extra_sans:-}
 extendedKeyUsage=serverAuth
 EXT
     openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout serving.key -out serving.csr 2>/dev/null
@@ -131,7 +131,10 @@ KC
 
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 
-apiserver_mode_flags=(--service-cluster-ip-range 10.0.0.0/24 --endpoint-reconciler-type none --authorization-mode RBAC)
+# Service IPs are only allocated here, never routed (kwok has no network);
+# the range is in 198.18.0.0/15 like the node's, and a /20 leaves room for
+# the large benchmark (1,000 Services).
+apiserver_mode_flags=(--service-cluster-ip-range 198.19.64.0/20 --endpoint-reconciler-type none --authorization-mode RBAC)
 if [ "$mode" = chaos ]; then
   apiserver_mode_flags+=(--audit-policy-file "$state/audit-policy.yaml" --audit-log-path "$logs/audit.log"
     --audit-log-maxsize 200 --etcd-compaction-interval 10s)
