@@ -7,7 +7,7 @@
 #
 # The interface the tests and the end-to-end scenario rely on:
 #   node name        haltsql-node-0, InternalIP 198.19.0.1 (a /32 on lo)
-#   API server       https://198.19.0.1:36443 (+ HALTSQL_CLUSTER_PORT_OFFSET)
+#   API server       https://198.19.0.1:32443 (+ HALTSQL_CLUSTER_PORT_OFFSET)
 #   Service CIDR     198.19.128.0/24 (kubernetes Service: 198.19.128.1:443)
 #   pod CIDR         198.18.0.0/24 on the bridge haltsql0 (gateway 198.18.0.1)
 #   sandbox image    haltsql.local/pause:3.10 (built from hack/pause/pause.c)
@@ -27,16 +27,16 @@ pod_gateway=198.18.0.1
 bridge=haltsql0
 cgroup_root=haltsql-node
 pause_image=haltsql.local/pause:3.10
-kubelet_port=$((36250 + offset))
-kubelet_healthz_port=$((36248 + offset))
-proxy_metrics_port=$((36249 + offset))
-proxy_healthz_port=$((36256 + offset))
+kubelet_port=$((32250 + offset))
+kubelet_healthz_port=$((32248 + offset))
+proxy_metrics_port=$((32249 + offset))
+proxy_healthz_port=$((32256 + offset))
 
 api_host=$node_ip
 extra_sans=",IP:$node_ip,IP:$service_ip,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc.cluster.local"
 apiserver_mode_flags=(
   --service-cluster-ip-range "$service_cidr"
-  # NodePorts stay below the node's own ports (etcd 32379, the rest 36xxx).
+  # NodePorts stay below the node's own ports (32248-32443).
   --service-node-port-range 30000-31999
   --endpoint-reconciler-type lease
   --authorization-mode Node,RBAC

@@ -31,13 +31,15 @@ mode=${2:-full}
 [ $# -ge 2 ] && shift 2 || shift $#
 
 # HALTSQL_CLUSTER_PORT_OFFSET moves every port, so a second checkout can run
-# its own clusters beside the first.
+# its own clusters beside the first. Every port stays below 32768, where the
+# kernel's ephemeral ports begin: a listener there can find its port taken
+# by some outgoing connection (it happened to the chaos etcd's peer port).
 offset=${HALTSQL_CLUSTER_PORT_OFFSET:-0}
 case "$mode" in
   full)    etcd_port=$((12379 + offset)); api_port=$((16443 + offset)) ;;
   envtest) etcd_port=$((22379 + offset)); api_port=$((26443 + offset)) ;;
-  node)    etcd_port=$((32379 + offset)); api_port=$((36443 + offset)) ;;
-  chaos)   etcd_port=$((42379 + offset)); api_port=$((46443 + offset)) ;;
+  node)    etcd_port=$((32379 + offset)); api_port=$((32443 + offset)) ;;
+  chaos)   etcd_port=$((27379 + offset)); api_port=$((29443 + offset)) ;;
   *) echo "unknown cluster mode: $mode (full, envtest, node or chaos)" >&2; exit 2 ;;
 esac
 # The node's pods reach the API server through the kubernetes Service, so it
