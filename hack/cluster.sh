@@ -222,8 +222,8 @@ metadata:
   annotations: {kwok.x-k8s.io/node: fake}
   labels: {kubernetes.io/hostname: kwok-node-0, kubernetes.io/os: linux, type: kwok}
 status:
-  allocatable: {cpu: "64", memory: 256Gi, pods: "1000"}
-  capacity: {cpu: "64", memory: 256Gi, pods: "1000"}
+  allocatable: {cpu: "1000", memory: 4Ti, pods: "5000"}
+  capacity: {cpu: "1000", memory: 4Ti, pods: "5000"}
 NODE
     wait_for "the kwok node to be Ready" 120 kubectl wait --for=condition=Ready node/kwok-node-0 --timeout=5s
     wait_for "the default ServiceAccount" 120 kubectl -n default get serviceaccount default
