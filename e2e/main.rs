@@ -1783,13 +1783,19 @@ async fn failed_new_pod(
         seen.push(format!("{} exit {exit:?}", pod.name_any()));
         if exit == Some(2) {
             let name = pod.name_any();
-            let (ok, log, _) = cluster.kubectl_try(&["-n", ns, "logs", &name, "--previous"]);
-            let log = if ok && !log.is_empty() {
-                log
-            } else {
-                cluster.kubectl_try(&["-n", ns, "logs", &name]).1
-            };
-            return Ok((name, log));
+            // Between a restart and the new container's start, the kubelet
+            // may answer with an error about a log file that does not exist
+            // yet (as the log's text, seen in a CI rehearsal): look again then.
+            for args in [
+                &["-n", ns, "logs", &name, "--previous"][..],
+                &["-n", ns, "logs", &name][..],
+            ] {
+                let (ok, log, _) = cluster.kubectl_try(args);
+                if ok && !log.is_empty() && !log.starts_with("failed to try resolving symlinks") {
+                    return Ok((name.clone(), log));
+                }
+            }
+            seen.push(format!("{name}: no readable log yet"));
         }
     }
     Err(format!("new pods: {seen:?}"))

@@ -42,8 +42,14 @@ cleanup() {
 }
 trap cleanup EXIT
 bin/kubectl --kubeconfig "$root/.cluster/full/kubeconfig" apply --server-side --force-conflicts -f crds/ >/dev/null
-bin/kubectl --kubeconfig "$root/.cluster/full/kubeconfig" wait --for=condition=Established --timeout=60s \
-  crd/haltsqlpolicies.haltsql.dev crd/haltsqlservers.haltsql.dev >/dev/null
+# A CRD created a moment ago has no conditions yet, and kubectl wait then
+# fails at once instead of waiting: try again for a minute.
+for attempt in $(seq 60); do
+  bin/kubectl --kubeconfig "$root/.cluster/full/kubeconfig" wait --for=condition=Established --timeout=5s \
+    crd/haltsqlpolicies.haltsql.dev crd/haltsqlservers.haltsql.dev >/dev/null 2>&1 && break
+  [ "$attempt" = 60 ] && { echo "bench: the CRDs did not become Established" >&2; exit 1; }
+  sleep 1
+done
 
 bench() { # bench SCALE OUT
   mkdir -p "$2"
