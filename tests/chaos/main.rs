@@ -1445,16 +1445,19 @@ fn wrapper_script(dir: &Path, hang_mark: &str) -> (PathBuf, PathBuf) {
         &script,
         format!(
             r#"#!/bin/sh
-# A haltsql that misbehaves for policies whose description says so, until
-# {fixed} exists. The last argument is the document.
-for f; do :; done
+# A haltsql that misbehaves whenever one of the documents it is given (the
+# operator may give several at once) is a policy whose description says so,
+# until {fixed} exists.
 if [ ! -e '{fixed}' ]; then
-  case "$(cat "$f")" in
-    *chaos-crash*) kill -SEGV $$ ;;
-    *chaos-hang*) sleep {hang_mark}; exit 0 ;;
-    *chaos-garbage*) head -c 3000 /dev/urandom; exit 0 ;;
-    *chaos-huge*) yes '{{"valid": true, "errors": []}}' | head -c 30000000; exit 0 ;;
-  esac
+  for f; do
+    [ -f "$f" ] || continue
+    case "$(cat "$f")" in
+      *chaos-crash*) kill -SEGV $$ ;;
+      *chaos-hang*) sleep {hang_mark}; exit 0 ;;
+      *chaos-garbage*) head -c 3000 /dev/urandom; exit 0 ;;
+      *chaos-huge*) yes '{{"valid": true, "errors": []}}' | head -c 30000000; exit 0 ;;
+    esac
+  done
 fi
 exec '{real}' "$@"
 "#,
