@@ -36,22 +36,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free port in 20000-39999: nothing answers on it yet.
-port() {
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 20000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-}
-api_port="$(port)"; health_port="$(port)"
-while [[ $health_port == "$api_port" ]]; do health_port="$(port)"; done
+# shellcheck source=hack/serve-fixture.sh
+source "$root/hack/serve-fixture.sh"
+pick_ports
 token="loadtest-token"
 hash="$(printf '%s' "$token" | "$target/haltsql" hash-token)"
-# The quick-start policy, as config/samples ships it (the document under spec.policy).
-sed -n '/^  policy: |$/,$p' config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml | tail -n +2 | sed 's/^    //' \
-  > "$work/policy.yaml"
-grep -q '^kind: Policy$' "$work/policy.yaml" || { echo "no policy in config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml" >&2; exit 1; }
+quick_start_policy "$work/policy.yaml"
 cat > "$work/config.yaml" <<YAML
 apiVersion: haltsql.dev/v1
 kind: Config

@@ -70,22 +70,12 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free port in 20000-39999: nothing answers on it yet.
-port() {
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 20000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return; fi
-  done
-}
-api_port="$(port)"; health_port="$(port)"
-while [[ $health_port == "$api_port" ]]; do health_port="$(port)"; done
+# shellcheck source=hack/serve-fixture.sh
+source "$root/hack/serve-fixture.sh"
+pick_ports
 token="verify-bench-token"
 hash="$(printf '%s' "$token" | "$haltsql" hash-token)"
-# The quick-start policy, as config/samples ships it (the document under spec.policy).
-sed -n '/^  policy: |$/,$p' config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml | tail -n +2 | sed 's/^    //' \
-  > "$work/policy.yaml"
-grep -q '^kind: Policy$' "$work/policy.yaml" || die "no policy in config/samples/haltsql_v1alpha1_haltsqlpolicy.yaml"
+quick_start_policy "$work/policy.yaml"
 # The contract's example config, with a file sink instead of stdout (the
 # same write per event, without a terminal in the way) and the default
 # limits and log level.

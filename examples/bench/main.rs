@@ -116,6 +116,17 @@ struct Args {
     curve: Vec<PathBuf>,
 }
 
+impl Scale {
+    /// The value for this scale out of `[small, default, large]`.
+    fn choose<T: Copy>(self, [small, default, large]: [T; 3]) -> T {
+        match self {
+            Scale::Small => small,
+            Scale::Default => default,
+            Scale::Large => large,
+        }
+    }
+}
+
 /// The sizes of one run.
 #[derive(Debug)]
 struct Sizes {
@@ -131,29 +142,8 @@ struct Sizes {
 
 impl Sizes {
     fn from(args: &Args) -> Self {
-        // small, default, large
-        let (s, l) = (
-            matches!(args.scale, Scale::Small),
-            matches!(args.scale, Scale::Large),
-        );
-        let pick = |o: Option<usize>, [small, default, large]: [usize; 3]| {
-            o.unwrap_or(if s {
-                small
-            } else if l {
-                large
-            } else {
-                default
-            })
-        };
-        let pick64 = |o: Option<u64>, [small, default, large]: [u64; 3]| {
-            o.unwrap_or(if s {
-                small
-            } else if l {
-                large
-            } else {
-                default
-            })
-        };
+        let pick = |o: Option<usize>, sizes: [usize; 3]| o.unwrap_or(args.scale.choose(sizes));
+        let pick64 = |o: Option<u64>, sizes: [u64; 3]| o.unwrap_or(args.scale.choose(sizes));
         let policies = pick(args.policies, [100, 1000, 5000]);
         let servers = pick(args.servers, [10, 100, 500]);
         let namespaces = pick(args.namespaces, [5, 10, 50]);
