@@ -67,7 +67,7 @@ impl Operator {
 
     /// `kubectl get lease -o OUTPUT` of the leader Lease.
     fn lease(&self, output: &str) -> (bool, String, String) {
-        let lease = haltsql_operator::leader::LEASE_NAME;
+        let lease = haltsql_operator::manager::leader::LEASE_NAME;
         self.cluster
             .kubectl_try(&["-n", NAMESPACE, "get", "lease", lease, "-o", output])
     }

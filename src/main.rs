@@ -19,11 +19,11 @@ use futures::FutureExt;
 use kube::Client;
 use tracing::{error, info, warn};
 
-use haltsql_operator::cli::{Cli, Command, RunArgs};
-use haltsql_operator::context::Settings;
-use haltsql_operator::metrics::Metrics;
-use haltsql_operator::runtime::{self, Readiness};
-use haltsql_operator::{http, leader, render_cmd, telemetry};
+use haltsql_operator::controllers::context::Settings;
+use haltsql_operator::controllers::metrics::Metrics;
+use haltsql_operator::controllers::runtime::{self, Readiness};
+use haltsql_operator::manager::cli::{Cli, Command, RunArgs};
+use haltsql_operator::manager::{http, leader, render_command, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -31,7 +31,7 @@ async fn main() -> ExitCode {
     match cli.command {
         Some(Command::Render(args)) => {
             // A pipeline tool: plain errors on stderr, the objects on stdout.
-            match render_cmd::run(&args).await {
+            match render_command::run(&args).await {
                 Ok(objects) => {
                     print!("{objects}");
                     ExitCode::SUCCESS
@@ -128,7 +128,8 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     // A run killed in the middle of a validation (OOM, SIGKILL) left its
     // private directory behind; in a pod, /tmp outlives the container.
-    let removed = haltsql_operator::policy::remove_stale_private_dirs(&std::env::temp_dir());
+    let removed =
+        haltsql_operator::controllers::policy::remove_stale_private_dirs(&std::env::temp_dir());
     if removed > 0 {
         info!(
             removed,

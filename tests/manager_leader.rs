@@ -19,7 +19,7 @@ use manager_support::{Metrics, OperatorProcess, Options};
 use support::TestNamespace;
 
 use haltsql_operator::api::{HaltSQLPolicy, HaltSQLServer};
-use haltsql_operator::leader::{LEASE_DURATION_SECONDS, LEASE_NAME};
+use haltsql_operator::manager::leader::{LEASE_DURATION_SECONDS, LEASE_NAME};
 
 fn is_leader(m: &Metrics) -> bool {
     m.value("haltsql_operator_leader", &[]) == 1.0

@@ -9,7 +9,7 @@ mod support;
 use std::path::PathBuf;
 use std::process::Command;
 
-use haltsql_operator::{manifests, rbac};
+use haltsql_operator::manifests::{self, rbac};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

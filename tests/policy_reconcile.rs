@@ -34,7 +34,7 @@ struct Fixture {
 
 async fn fixture(
     prefix: &str,
-    adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
+    adjust: impl FnOnce(&mut haltsql_operator::controllers::context::Settings),
 ) -> Fixture {
     support::ensure_crds(Cluster::Envtest);
     let client = support::client_for(Cluster::Envtest).await;
@@ -606,10 +606,10 @@ fn direct_context(
     client: kube::Client,
     namespace: &str,
     binary: PathBuf,
-) -> std::sync::Arc<haltsql_operator::context::Context> {
-    use haltsql_operator::context::{Context, OwnedStores, ScopeStores, Settings};
+) -> std::sync::Arc<haltsql_operator::controllers::context::Context> {
+    use haltsql_operator::controllers::context::{Context, OwnedStores, ScopeStores, Settings};
     use kube::runtime::reflector::store;
-    let metrics = haltsql_operator::metrics::Metrics::new().expect("metrics");
+    let metrics = haltsql_operator::controllers::metrics::Metrics::new().expect("metrics");
     let mut settings = Settings::new(binary);
     settings.validator_timeout = Duration::from_secs(20);
     std::sync::Arc::new(Context::new(
@@ -627,7 +627,7 @@ fn direct_context(
                 replica_sets: store().0,
             },
         },
-        std::sync::Arc::new(haltsql_operator::policy::Validator::new(
+        std::sync::Arc::new(haltsql_operator::controllers::policy::Validator::new(
             settings.haltsql_binary.clone(),
             settings.validator_timeout,
             settings.validator_concurrency,
@@ -640,7 +640,7 @@ fn direct_context(
 
 #[tokio::test]
 async fn a_stale_object_is_skipped_a_conflict_is_quiet_and_a_second_pass_writes_nothing() {
-    use haltsql_operator::policy::reconcile;
+    use haltsql_operator::controllers::policy::reconcile;
     use kube::runtime::controller::Action;
     use std::sync::Arc;
 
@@ -680,7 +680,7 @@ async fn a_stale_object_is_skipped_a_conflict_is_quiet_and_a_second_pass_writes_
     let action = reconcile(Arc::new(stale.clone()), ctx.clone()).await;
     assert_eq!(
         action.expect("a stale pass is not an error"),
-        Action::requeue(haltsql_operator::status_patch::STALE_RECHECK)
+        Action::requeue(haltsql_operator::controllers::status_patch::STALE_RECHECK)
     );
     assert_eq!((writes(), reconciles("stale")), (1, 1));
 
@@ -733,7 +733,7 @@ async fn a_stale_object_is_skipped_a_conflict_is_quiet_and_a_second_pass_writes_
 
 #[tokio::test]
 async fn validator_errors_back_off_per_object() {
-    use haltsql_operator::policy::reconcile;
+    use haltsql_operator::controllers::policy::reconcile;
     use kube::runtime::controller::Action;
     use std::sync::Arc;
 

@@ -15,8 +15,8 @@ use haltsql_operator::api::{
     BundleAuth, BundleAuthType, BundleSource, HaltSQLPolicySpec, OciSource, S3Credentials,
     S3CredentialsSource, S3Source,
 };
-use haltsql_operator::metrics::Metrics;
-use haltsql_operator::policy::{Validator, Verdict};
+use haltsql_operator::controllers::metrics::Metrics;
+use haltsql_operator::controllers::policy::{Validator, Verdict};
 use haltsql_operator::render::{ValidationDocument, validation_document};
 
 const VALID_POLICY: &str = "\
@@ -424,7 +424,7 @@ fn directories_of_a_killed_run_are_removed_at_start() {
     std::os::unix::fs::symlink(&target, f.root.join(format!("haltsql-validate-{dead}-9-9")))
         .unwrap();
     assert_eq!(
-        haltsql_operator::policy::remove_stale_private_dirs(&f.root),
+        haltsql_operator::controllers::policy::remove_stale_private_dirs(&f.root),
         2
     );
     assert!(!stale.exists() && !earlier_self.exists());

@@ -38,7 +38,7 @@ async fn fixture(prefix: &str) -> Fixture {
 
 async fn fixture_with(
     prefix: &str,
-    adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
+    adjust: impl FnOnce(&mut haltsql_operator::controllers::context::Settings),
 ) -> Fixture {
     support::ensure_crds(Cluster::Envtest);
     let client = support::client_for(Cluster::Envtest).await;

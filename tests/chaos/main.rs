@@ -626,7 +626,7 @@ async fn failover_run(env: &Env, rng: &mut Rng, row: &mut Row) {
         writes.len(),
         spans.len(),
         ordered.len(),
-        haltsql_operator::leader::LEASE_DURATION_SECONDS,
+        haltsql_operator::manager::leader::LEASE_DURATION_SECONDS,
         report.rounds
     ));
 }

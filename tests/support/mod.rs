@@ -217,8 +217,8 @@ pub fn ensure_crds(cluster: Cluster) {
 /// The operator's runtime, running in this test process and watching only the
 /// given namespaces (so tests in parallel never reconcile each other's objects).
 pub struct Operator {
-    pub metrics: haltsql_operator::metrics::Metrics,
-    pub readiness: haltsql_operator::runtime::Readiness,
+    pub metrics: haltsql_operator::controllers::metrics::Metrics,
+    pub readiness: haltsql_operator::controllers::runtime::Readiness,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -228,14 +228,14 @@ impl Operator {
     pub fn start(
         client: &Client,
         namespaces: &[&str],
-        adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
+        adjust: impl FnOnce(&mut haltsql_operator::controllers::context::Settings),
     ) -> Self {
-        let mut settings = haltsql_operator::context::Settings::new(haltsql_bin());
+        let mut settings = haltsql_operator::controllers::context::Settings::new(haltsql_bin());
         settings.watch_namespaces = Some(namespaces.iter().map(|s| s.to_string()).collect());
         settings.validator_timeout = Duration::from_secs(20);
         adjust(&mut settings);
-        let metrics = haltsql_operator::metrics::Metrics::new().expect("metrics");
-        let readiness = haltsql_operator::runtime::Readiness::default();
+        let metrics = haltsql_operator::controllers::metrics::Metrics::new().expect("metrics");
+        let readiness = haltsql_operator::controllers::runtime::Readiness::default();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn({
             let client = client.clone();
@@ -245,9 +245,11 @@ impl Operator {
                 let shutdown = async move {
                     let _ = stopped.await;
                 };
-                haltsql_operator::runtime::run(client, settings, metrics, readiness, shutdown)
-                    .await
-                    .expect("operator runtime");
+                haltsql_operator::controllers::runtime::run(
+                    client, settings, metrics, readiness, shutdown,
+                )
+                .await
+                .expect("operator runtime");
             }
         });
         Operator {

@@ -10,8 +10,8 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::context::FIELD_MANAGER;
-use crate::metrics::Metrics;
+use crate::controllers::context::FIELD_MANAGER;
+use crate::controllers::metrics::Metrics;
 use crate::render::SPEC_HASH_ANNOTATION;
 
 /// What to do with one owned object.

@@ -19,12 +19,12 @@ use kube::ResourceExt;
 use serde::Deserialize;
 
 use crate::api::{HaltSQLPolicy, HaltSQLPolicyStatus, HaltSQLServer, set_condition};
-use crate::cli::RenderArgs;
-use crate::metrics::Metrics;
-use crate::policy::{Judgement, Validator, judge};
+use crate::controllers::metrics::Metrics;
+use crate::controllers::policy::{Judgement, Validator, judge};
+use crate::controllers::server::{PolicyGate, gate_policies_with, with_rollout_deadline};
+use crate::manager::cli::RenderArgs;
 use crate::render::content::content_hash;
 use crate::render::{self, PolicyInput};
-use crate::server::{PolicyGate, gate_policies_with, with_rollout_deadline};
 
 /// The controllers' default; `render` has no flag for it.
 const ROLLOUT_DEADLINE: Duration = Duration::from_secs(180);
@@ -176,7 +176,7 @@ pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
     let validator = Validator::new(
         args.haltsql_binary.clone(),
         VALIDATOR_TIMEOUT,
-        crate::context::default_validator_concurrency(),
+        crate::controllers::context::default_validator_concurrency(),
         Metrics::new()?,
     );
     let now = Time(k8s_openapi::jiff::Timestamp::now());

@@ -58,10 +58,10 @@ use crate::api::{
     HaltSQLServer, MAX_POLICY_BYTES, PolicyConditionType, PolicySource, SyncedReason, ValidReason,
     find_condition, set_condition,
 };
-use crate::context::{Context, object_key};
-use crate::metrics::ControllerKind;
+use crate::controllers::context::{Context, object_key};
+use crate::controllers::metrics::ControllerKind;
+use crate::controllers::status_patch::patch_status;
 use crate::render;
-use crate::status_patch::patch_status;
 
 /// How soon a conflicting write is retried. The watch usually delivers the
 /// newer object (and a reconcile) before that.
@@ -181,7 +181,9 @@ pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<
         let Some(policy) = ctx.own_writes.caught_up(&ctx.policies, policy).await else {
             debug!("the cache does not show our last status write yet; looking again soon");
             timer.finish("stale");
-            return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
+            return Ok(Action::requeue(
+                crate::controllers::status_patch::STALE_RECHECK,
+            ));
         };
         let result = reconcile_policy(&policy, &ctx).await;
         match &result {

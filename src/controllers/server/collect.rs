@@ -24,7 +24,7 @@ use kube::runtime::reflector::Store;
 use tracing::{debug, info};
 
 use super::apply::controlled_by;
-use crate::metrics::Metrics;
+use crate::controllers::metrics::Metrics;
 use crate::render::{
     CONFIG_HASH_LABEL, INSTANCE_LABEL, MANAGED_BY, MANAGED_BY_LABEL, config_map_prefix,
 };

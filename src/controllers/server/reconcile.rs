@@ -21,10 +21,10 @@ use super::events::transition_events;
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
 use crate::api::{AppliedPolicy, HaltSQLServer, HaltSQLServerStatus};
-use crate::context::{Context, object_key};
-use crate::metrics::ControllerKind;
+use crate::controllers::context::{Context, object_key};
+use crate::controllers::metrics::ControllerKind;
+use crate::controllers::status_patch::patch_status;
 use crate::render::{self, PolicyInput, Rendered, SPEC_HASH_ANNOTATION};
-use crate::status_patch::patch_status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -55,7 +55,9 @@ pub async fn reconcile(server: Arc<HaltSQLServer>, ctx: Arc<Context>) -> Result<
         let Some(server) = ctx.own_writes.caught_up(&ctx.servers, server).await else {
             debug!("the cache does not show our last status write yet; looking again soon");
             timer.finish("stale");
-            return Ok(Action::requeue(crate::status_patch::STALE_RECHECK));
+            return Ok(Action::requeue(
+                crate::controllers::status_patch::STALE_RECHECK,
+            ));
         };
         let result = reconcile_server(&server, &ctx).await;
         let key = object_key(server.namespace().as_deref(), &server.name_any());

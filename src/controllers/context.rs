@@ -15,10 +15,10 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::backoff::Backoff;
-use crate::metrics::Metrics;
-use crate::policy::Validator;
-use crate::status_patch::OwnWrites;
+use crate::controllers::backoff::Backoff;
+use crate::controllers::metrics::Metrics;
+use crate::controllers::policy::Validator;
+use crate::controllers::status_patch::OwnWrites;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "haltsql-operator";

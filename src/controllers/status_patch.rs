@@ -14,7 +14,7 @@ use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::metrics::Metrics;
+use crate::controllers::metrics::Metrics;
 
 /// How long a pass waits for the cache to show our own last status write
 /// (it holds a reconcile slot meanwhile, so not long).

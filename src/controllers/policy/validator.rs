@@ -50,7 +50,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{Semaphore, oneshot};
 use tracing::{debug, warn};
 
-use crate::metrics::Metrics;
+use crate::controllers::metrics::Metrics;
 use crate::render::ValidationDocument;
 
 /// Most stdout bytes read from one run. `haltsql validate` prints one JSON

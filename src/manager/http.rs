@@ -9,8 +9,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 
-use crate::metrics::Metrics;
-use crate::runtime::Readiness;
+use crate::controllers::metrics::Metrics;
+use crate::controllers::runtime::Readiness;
 
 async fn metrics_handler(State(metrics): State<Metrics>) -> impl IntoResponse {
     (

@@ -28,11 +28,11 @@ use serde::de::DeserializeOwned;
 use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::context::{Context, OwnedStores, ScopeStores, Settings};
-use crate::metrics::Metrics;
-use crate::policy::{self, Validator};
+use crate::controllers::context::{Context, OwnedStores, ScopeStores, Settings};
+use crate::controllers::metrics::Metrics;
+use crate::controllers::policy::{self, Validator};
+use crate::controllers::server;
 use crate::render::{MANAGED_BY, MANAGED_BY_LABEL};
-use crate::server;
 
 /// Objects a subscriber may fall behind by before the root stream waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;

@@ -21,8 +21,8 @@ use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::oneshot;
 use tracing::{info, warn};
 
-use crate::metrics::Metrics;
-use crate::runtime::Readiness;
+use crate::controllers::metrics::Metrics;
+use crate::controllers::runtime::Readiness;
 
 /// The Lease the replicas compete for.
 pub const LEASE_NAME: &str = "haltsql-operator-leader";
