@@ -137,7 +137,10 @@ pub struct BundleSource {
     /// How often the servers poll the source for a new bundle, in seconds:
     /// 10 to 86400. Defaults to 60.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 10, max = 86400), extend("default" = 60))]
+    #[schemars(
+        range(min = MIN_POLL_INTERVAL_SECONDS, max = MAX_POLL_INTERVAL_SECONDS),
+        extend("default" = DEFAULT_POLL_INTERVAL_SECONDS)
+    )]
     pub poll_interval_seconds: Option<i32>,
 }
 

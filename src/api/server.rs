@@ -88,7 +88,7 @@ pub struct HaltSQLServerSpec {
     /// Number of server pods. Defaults to 2. The resource has a scale
     /// subresource, so `kubectl scale` and HorizontalPodAutoscalers work on it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0), extend("default" = 2))]
+    #[schemars(range(min = 0), extend("default" = DEFAULT_REPLICAS))]
     pub replicas: Option<i32>,
 
     /// The haltsql image, for example `ghcr.io/haltsql/haltsql:0.0.1`. Pin a
@@ -137,7 +137,10 @@ pub struct HaltSQLServerSpec {
     /// Resources of the server container. Defaults to 100m CPU and 64Mi
     /// memory requested and a 256Mi memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}}))]
+    #[schemars(extend("default" = {
+        "requests": {"cpu": DEFAULT_CPU_REQUEST, "memory": DEFAULT_MEMORY_REQUEST},
+        "limits": {"memory": DEFAULT_MEMORY_LIMIT}
+    }))]
     pub resources: Option<ResourceRequirements>,
 
     /// ServiceAccount of the server pods. Defaults to the namespace's
@@ -485,7 +488,7 @@ pub struct ServiceSpec {
 
     /// The Service port, 1 to 65535. Defaults to 8080.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 65535), extend("default" = 8080))]
+    #[schemars(range(min = 1, max = 65535), extend("default" = DEFAULT_SERVICE_PORT))]
     pub port: Option<i32>,
 
     /// Annotations of the Service, for example for a cloud load balancer.

@@ -1,5 +1,6 @@
 //! What both controllers share: the client, the reflector stores, the
-//! validator, metrics, backoff and the operator's settings.
+//! validator, metrics, backoff and the operator's settings (with their
+//! defaults).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -17,11 +18,27 @@ use kube::runtime::reflector::Store;
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::controllers::backoff::Backoff;
 use crate::controllers::metrics::Metrics;
-use crate::controllers::policy::Validator;
+use crate::controllers::policy::validator::Validator;
 use crate::controllers::status_patch::OwnWrites;
+use crate::render::RenderSettings;
 
 /// The field manager of every write the operator makes.
 pub const FIELD_MANAGER: &str = "haltsql-operator";
+
+// The defaults of the settings, in one place: the flags and the offline
+// `render` command refer to these.
+/// Default of `--rollout-deadline-seconds`.
+pub const DEFAULT_ROLLOUT_DEADLINE: Duration = Duration::from_secs(180);
+/// Default of `--validator-timeout-seconds`.
+pub const DEFAULT_VALIDATOR_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `--resync-seconds`.
+pub const DEFAULT_RESYNC: Duration = Duration::from_secs(600);
+/// Reconciles that may run at once per controller (no flag).
+pub const DEFAULT_CONCURRENCY: u16 = 8;
+/// A failed reconcile is retried after this, doubling per failure in a row...
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// ... up to this.
+const LONGEST_RETRY: Duration = Duration::from_secs(300);
 
 /// Operator settings from the command line.
 #[derive(Clone, Debug)]
@@ -47,11 +64,18 @@ impl Settings {
         Self {
             haltsql_binary,
             watch_namespaces: None,
-            validator_timeout: Duration::from_secs(30),
-            rollout_deadline: Duration::from_secs(180),
-            resync: Duration::from_secs(600),
-            concurrency: 8,
+            validator_timeout: DEFAULT_VALIDATOR_TIMEOUT,
+            rollout_deadline: DEFAULT_ROLLOUT_DEADLINE,
+            resync: DEFAULT_RESYNC,
+            concurrency: DEFAULT_CONCURRENCY,
             validator_concurrency: default_validator_concurrency(),
+        }
+    }
+
+    /// What rendering takes from these settings.
+    pub fn render_settings(&self) -> RenderSettings {
+        RenderSettings {
+            rollout_deadline: Some(self.rollout_deadline),
         }
     }
 }
@@ -127,11 +151,34 @@ impl Context {
             owned: stores.owned,
             validator,
             metrics,
-            policy_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
-            server_backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(300)),
+            policy_backoff: Backoff::new(FIRST_RETRY, LONGEST_RETRY),
+            server_backoff: Backoff::new(FIRST_RETRY, LONGEST_RETRY),
             settings,
             own_writes: OwnWrites::default(),
         }
+    }
+
+    /// Waits until every store of this scope has listed its objects once.
+    /// Returns false if a store's writer went away (the operator is stopping).
+    pub async fn wait_for_stores(&self) -> bool {
+        let results = futures::join!(
+            self.policies.wait_until_ready(),
+            self.servers.wait_until_ready(),
+            self.owned.deployments.wait_until_ready(),
+            self.owned.config_maps.wait_until_ready(),
+            self.owned.services.wait_until_ready(),
+            self.owned.pod_disruption_budgets.wait_until_ready(),
+            self.owned.network_policies.wait_until_ready(),
+            self.owned.replica_sets.wait_until_ready(),
+        );
+        results.0.is_ok()
+            && results.1.is_ok()
+            && results.2.is_ok()
+            && results.3.is_ok()
+            && results.4.is_ok()
+            && results.5.is_ok()
+            && results.6.is_ok()
+            && results.7.is_ok()
     }
 }
 

@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod context;
 pub mod metrics;
 pub mod policy;
+pub mod reconcile;
 pub mod runtime;
 pub mod server;
 pub mod status_patch;

@@ -12,6 +12,13 @@ use std::str::FromStr;
 
 use clap::{ArgAction, Args, Parser, Subcommand};
 
+use crate::controllers::context::{
+    DEFAULT_RESYNC, DEFAULT_ROLLOUT_DEADLINE, DEFAULT_VALIDATOR_TIMEOUT,
+};
+
+/// Where the operator image puts the haltsql CLI.
+const DEFAULT_HALTSQL_BINARY: &str = "/usr/local/bin/haltsql";
+
 const AFTER_HELP: &str = "\
 Environment:
   KUBECONFIG      kubeconfig to use; in a pod, the service account is used instead
@@ -66,7 +73,7 @@ pub enum Command {
 pub struct RunArgs {
     /// The haltsql CLI used to validate policies. The operator exits at
     /// startup if it is missing or not executable.
-    #[arg(long, value_name = "PATH", default_value = "/usr/local/bin/haltsql")]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_HALTSQL_BINARY)]
     pub haltsql_binary: PathBuf,
 
     /// Comma-separated namespaces to watch [default: all]. With a list, every
@@ -110,7 +117,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = 180,
+        default_value_t = DEFAULT_ROLLOUT_DEADLINE.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..=i32::MAX as u64)
     )]
     pub rollout_deadline_seconds: u64,
@@ -119,7 +126,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = 30,
+        default_value_t = DEFAULT_VALIDATOR_TIMEOUT.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub validator_timeout_seconds: u64,
@@ -135,7 +142,7 @@ pub struct RunArgs {
     #[arg(
         long,
         value_name = "SECONDS",
-        default_value_t = 600,
+        default_value_t = DEFAULT_RESYNC.as_secs(),
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub resync_seconds: u64,
@@ -150,7 +157,7 @@ pub struct RenderArgs {
     pub files: Vec<PathBuf>,
 
     /// The haltsql CLI used to validate the policies.
-    #[arg(long, value_name = "PATH", default_value = "/usr/local/bin/haltsql")]
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_HALTSQL_BINARY)]
     pub haltsql_binary: PathBuf,
 
     /// Namespace for objects that set none.

@@ -12,24 +12,20 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use serde::Deserialize;
 
 use crate::api::{HaltSQLPolicy, HaltSQLPolicyStatus, HaltSQLServer, set_condition};
+use crate::controllers::context::{DEFAULT_ROLLOUT_DEADLINE, DEFAULT_VALIDATOR_TIMEOUT};
 use crate::controllers::metrics::Metrics;
 use crate::controllers::policy::{Judgement, Validator, judge};
-use crate::controllers::server::{PolicyGate, gate_policies_with, with_rollout_deadline};
+use crate::controllers::server::{PolicyGate, ReadyPolicy, gate_policies_with};
 use crate::manager::cli::RenderArgs;
 use crate::render::content::content_hash;
-use crate::render::{self, PolicyInput};
+use crate::render::{self, PolicyInput, RenderSettings};
 
-/// The controllers' default; `render` has no flag for it.
-const ROLLOUT_DEADLINE: Duration = Duration::from_secs(180);
-/// How long one `haltsql validate` run may take (the manager's default).
-const VALIDATOR_TIMEOUT: Duration = Duration::from_secs(30);
 /// Stands in for the server's uid in owner references: the API server
 /// assigns the real one, which a manifest on disk does not have.
 pub const PLACEHOLDER_UID: &str = "00000000-0000-0000-0000-000000000000";
@@ -175,7 +171,7 @@ pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
 
     let validator = Validator::new(
         args.haltsql_binary.clone(),
-        VALIDATOR_TIMEOUT,
+        DEFAULT_VALIDATOR_TIMEOUT,
         crate::controllers::context::default_validator_concurrency(),
         Metrics::new()?,
     );
@@ -207,23 +203,19 @@ pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
                 });
             }
         };
-        let inputs: Vec<PolicyInput<'_>> = ready
-            .iter()
-            .map(|p| PolicyInput {
-                object_name: &p.object_name,
-                policy_name: &p.policy_name,
-                content_hash: &p.content_hash,
-                spec: &p.spec,
-            })
-            .collect();
-        let rendered =
-            render::render(server, &inputs).map_err(|source| RenderCmdError::Render {
+        let inputs: Vec<PolicyInput<'_>> = ready.iter().map(ReadyPolicy::input).collect();
+        // The controllers' default deadline: `render` has no flag for it.
+        let settings = RenderSettings {
+            rollout_deadline: Some(DEFAULT_ROLLOUT_DEADLINE),
+        };
+        let rendered = render::render_with(server, &inputs, settings).map_err(|source| {
+            RenderCmdError::Render {
                 key: key.clone(),
                 source,
-            })?;
-        let deployment = with_rollout_deadline(rendered.deployment, ROLLOUT_DEADLINE);
+            }
+        })?;
         push_yaml(&mut out, &rendered.config_map)?;
-        push_yaml(&mut out, &deployment)?;
+        push_yaml(&mut out, &rendered.deployment)?;
         push_yaml(&mut out, &rendered.service)?;
         if let Some(pdb) = &rendered.pod_disruption_budget {
             push_yaml(&mut out, pdb)?;

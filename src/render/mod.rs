@@ -31,13 +31,14 @@ pub mod service;
 pub mod workload;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use kube::Resource;
+use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -369,36 +370,44 @@ fn check_spec(spec: &HaltSQLServerSpec, defined: &Defined) -> Result<(), RenderE
     Ok(())
 }
 
+/// What rendering takes from the operator's settings rather than from the
+/// objects. The default leaves each to Kubernetes' own default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenderSettings {
+    /// The Deployment's `progressDeadlineSeconds` (`--rollout-deadline-seconds`).
+    pub rollout_deadline: Option<Duration>,
+}
+
 /// Renders everything the server reconciler applies for `server` loading
-/// `policies` (each referenced HaltSQLPolicy, in any order).
+/// `policies` (each referenced HaltSQLPolicy, in any order), with no
+/// operator settings (as the golden files show it). The operator renders
+/// with [`render_with`].
 pub fn render(
     server: &HaltSQLServer,
     policies: &[PolicyInput<'_>],
 ) -> Result<Rendered, RenderError> {
-    let name = server
-        .metadata
-        .name
-        .as_deref()
-        .ok_or(RenderError::MissingName)?;
-    check_server_name(name)?;
-    let spec = &server.spec;
-    let srv = ServerRef {
-        name,
-        namespace: server.metadata.namespace.as_deref(),
-        owner: owner_reference(server),
-        spec,
-    };
+    render_with(server, policies, RenderSettings::default())
+}
 
+/// The files of the ConfigMap (`config.yaml` and one file per inline
+/// policy) and the Secret keys the configuration refers to.
+struct ConfigFiles {
+    files: BTreeMap<String, String>,
+    mounts: SecretMounts,
+    has_bundles: bool,
+}
+
+/// `config.yaml` and the policy files, policies in object-name order.
+fn config_files(
+    srv: &ServerRef<'_>,
+    policies: &[PolicyInput<'_>],
+) -> Result<ConfigFiles, RenderError> {
     let mut sorted: Vec<&PolicyInput<'_>> = policies.iter().collect();
     sorted.sort_by(|a, b| a.object_name.cmp(b.object_name));
-    let defined = Defined::collect(policies)?;
-    check_spec(spec, &defined)?;
-
-    // config.yaml and the policy files.
     let mut mounts = SecretMounts::new();
     let mut files: BTreeMap<String, String> = BTreeMap::new();
     let mut entries = Vec::new();
-    let mut bundles = Vec::new();
+    let mut has_bundles = false;
     for p in &sorted {
         match p.spec.source().map_err(|e| RenderError::PolicySpec {
             object: p.object_name.to_owned(),
@@ -420,7 +429,7 @@ pub fn render(
                     b,
                     &mut config::Credentials::Mount(&mut mounts),
                 )?;
-                bundles.push(p.object_name.to_owned());
+                has_bundles = true;
                 entries.push(config::PolicyEntry {
                     file: None,
                     bundle_source: Some(entry),
@@ -428,29 +437,46 @@ pub fn render(
             }
         }
     }
-    let doc = config::config_doc(spec, entries, &mut mounts)?;
+    let doc = config::config_doc(srv.spec, entries, &mut mounts)?;
     let header = format!(
-        "# Rendered by {MANAGED_BY} from HaltSQLServer {}{name}. Edit the HaltSQLServer or its HaltSQLPolicies instead: the next change to them replaces this file.\n",
-        srv.namespace.map(|n| format!("{n}/")).unwrap_or_default()
+        "# Rendered by {MANAGED_BY} from HaltSQLServer {}{}. Edit the HaltSQLServer or its HaltSQLPolicies instead: the next change to them replaces this file.\n",
+        srv.namespace.map(|n| format!("{n}/")).unwrap_or_default(),
+        srv.name
     );
     files.insert(
         CONFIG_KEY.to_owned(),
         config::to_yaml(&header, &doc, CONFIG_KEY)?,
     );
+    Ok(ConfigFiles {
+        files,
+        mounts,
+        has_bundles,
+    })
+}
 
-    // Everything the pods mount, TLS included, feeds the checksum.
-    let tls_keys = workload::tls_keys(spec);
+/// Every Secret key the pods mount, TLS included, sorted: all of them feed
+/// the checksum.
+fn mounted_secret_keys(
+    spec: &HaltSQLServerSpec,
+    mounts: &SecretMounts,
+) -> Result<Vec<(String, String)>, RenderError> {
     let mut all_keys: BTreeSet<(String, String)> = mounts.iter().cloned().collect();
     if let Some(tls) = &spec.tls {
         secrets::check_ref("spec.tls.secretName", &tls.secret_name, "tls.crt")?;
-        for key in &tls_keys {
-            all_keys.insert((tls.secret_name.clone(), (*key).to_owned()));
+        for key in workload::tls_keys(spec) {
+            all_keys.insert((tls.secret_name.clone(), key.to_owned()));
         }
     }
-    let mounted_secret_keys: Vec<(String, String)> = all_keys.into_iter().collect();
-    let checksum = checksum::config_checksum(&files, &mounted_secret_keys);
+    Ok(all_keys.into_iter().collect())
+}
 
-    let cm_name = config_map_name(name, &checksum);
+/// The immutable ConfigMap of one rendered configuration.
+fn config_map(
+    srv: &ServerRef<'_>,
+    files: BTreeMap<String, String>,
+    checksum: &str,
+) -> Result<ConfigMap, RenderError> {
+    let cm_name = config_map_name(srv.name, checksum);
     let size: usize = files.iter().map(|(k, v)| k.len() + v.len()).sum();
     if size > MAX_CONFIG_MAP_BYTES {
         return Err(RenderError::ConfigMapTooLarge {
@@ -459,34 +485,69 @@ pub fn render(
             limit: MAX_CONFIG_MAP_BYTES,
         });
     }
-    let mut cm_meta = srv.meta(cm_name.clone(), BTreeMap::new());
+    let mut cm_meta = srv.meta(cm_name, BTreeMap::new());
     cm_meta.labels.get_or_insert_with(BTreeMap::new).insert(
         CONFIG_HASH_LABEL.to_owned(),
-        config_hash(&checksum).to_owned(),
+        config_hash(checksum).to_owned(),
     );
     // Immutable: its name stands for its content, and the kubelet need not
     // watch it.
-    let config_map = stamp(ConfigMap {
+    Ok(ConfigMap {
         metadata: cm_meta,
         data: Some(files),
         immutable: Some(true),
         ..Default::default()
-    });
-    let deployment = stamp(workload::deployment(
+    })
+}
+
+/// Renders everything the server reconciler applies for `server` loading
+/// `policies` (each referenced HaltSQLPolicy, in any order): a pure
+/// function of the objects and the operator's `settings`.
+pub fn render_with(
+    server: &HaltSQLServer,
+    policies: &[PolicyInput<'_>],
+    settings: RenderSettings,
+) -> Result<Rendered, RenderError> {
+    let name = server
+        .metadata
+        .name
+        .as_deref()
+        .ok_or(RenderError::MissingName)?;
+    check_server_name(name)?;
+    let spec = &server.spec;
+    let srv = ServerRef {
+        name,
+        namespace: server.metadata.namespace.as_deref(),
+        owner: owner_reference(server),
+        spec,
+    };
+    let defined = Defined::collect(policies)?;
+    check_spec(spec, &defined)?;
+
+    let ConfigFiles {
+        files,
+        mounts,
+        has_bundles,
+    } = config_files(&srv, policies)?;
+    let mounted_secret_keys = mounted_secret_keys(spec, &mounts)?;
+    let checksum = checksum::config_checksum(&files, &mounted_secret_keys);
+    let config_map = config_map(&srv, files, &checksum)?;
+    let deployment = workload::deployment(
         &srv,
-        &cm_name,
+        &config_map.name_any(),
         &checksum,
         &mounts,
-        !bundles.is_empty(),
-    ));
+        has_bundles,
+        settings.rollout_deadline,
+    );
     let service = stamp(service::service(&srv));
     let pod_disruption_budget = service::pod_disruption_budget(&srv)?.map(stamp);
     let network_policy = service::network_policy(&srv).map(stamp);
 
     Ok(Rendered {
         checksum,
-        config_map,
-        deployment,
+        config_map: stamp(config_map),
+        deployment: stamp(deployment),
         service,
         pod_disruption_budget,
         network_policy,

@@ -2,6 +2,7 @@
 //! TLS and cache volumes, probes and a surge-only rolling update.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
@@ -123,48 +124,45 @@ fn secrets_volume(mounts: &SecretMounts) -> Option<Volume> {
     })
 }
 
-/// The Deployment `<server>`.
-pub(crate) fn deployment(
-    srv: &ServerRef<'_>,
-    config_map: &str,
-    checksum: &str,
-    mounts: &SecretMounts,
-    has_bundles: bool,
-) -> Deployment {
-    let spec = srv.spec;
-    let tls = spec.tls.as_ref();
-    let probe_port = if tls.is_some() { "health" } else { "http" };
+/// What the pod template mounts: the configuration, the Secret keys, TLS,
+/// the bundle cache and a writable `/tmp`.
+struct Mounts {
+    volumes: Vec<Volume>,
+    volume_mounts: Vec<VolumeMount>,
+}
 
-    let mut ports = vec![ContainerPort {
-        name: Some("http".to_owned()),
-        container_port: HTTP_PORT,
-        protocol: Some("TCP".to_owned()),
-        ..Default::default()
-    }];
-    if tls.is_some() {
-        ports.push(ContainerPort {
-            name: Some("health".to_owned()),
-            container_port: HEALTH_PORT,
-            protocol: Some("TCP".to_owned()),
-            ..Default::default()
-        });
+impl Mounts {
+    fn add(&mut self, volume: Volume, path: &str, read_only: bool) {
+        self.volume_mounts
+            .push(mount(&volume.name, path, read_only));
+        self.volumes.push(volume);
     }
+}
 
-    let mut volumes = vec![Volume {
+fn pod_mounts(
+    spec: &HaltSQLServerSpec,
+    config_map: &str,
+    secrets: &SecretMounts,
+    has_bundles: bool,
+) -> Mounts {
+    let mut mounts = Mounts {
+        volumes: Vec::new(),
+        volume_mounts: Vec::new(),
+    };
+    let config = Volume {
         name: "config".to_owned(),
         config_map: Some(ConfigMapVolumeSource {
             name: config_map.to_owned(),
             ..Default::default()
         }),
         ..Default::default()
-    }];
-    let mut volume_mounts = vec![mount("config", CONFIG_DIR, true)];
-    if let Some(v) = secrets_volume(mounts) {
-        volumes.push(v);
-        volume_mounts.push(mount("secrets", SECRETS_DIR, true));
+    };
+    mounts.add(config, CONFIG_DIR, true);
+    if let Some(v) = secrets_volume(secrets) {
+        mounts.add(v, SECRETS_DIR, true);
     }
-    if let Some(t) = tls {
-        volumes.push(Volume {
+    if let Some(t) = spec.tls.as_ref() {
+        let tls = Volume {
             name: "tls".to_owned(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(t.secret_name.clone()),
@@ -182,19 +180,57 @@ pub(crate) fn deployment(
                 ..Default::default()
             }),
             ..Default::default()
-        });
-        volume_mounts.push(mount("tls", TLS_DIR, true));
+        };
+        mounts.add(tls, TLS_DIR, true);
     }
     if has_bundles {
         // One shared emptyDir; each bundle's cache_dir is a subfolder.
-        volumes.push(empty_dir("bundle-cache"));
-        volume_mounts.push(mount("bundle-cache", BUNDLE_CACHE_DIR, false));
+        mounts.add(empty_dir("bundle-cache"), BUNDLE_CACHE_DIR, false);
     }
     // The root file system is read-only.
-    volumes.push(empty_dir("tmp"));
-    volume_mounts.push(mount("tmp", "/tmp", false));
+    mounts.add(empty_dir("tmp"), "/tmp", false);
+    mounts
+}
 
-    let container = Container {
+/// The restricted-level container security context.
+fn container_security_context() -> SecurityContext {
+    SecurityContext {
+        run_as_non_root: Some(true),
+        run_as_user: Some(RUN_AS),
+        run_as_group: Some(RUN_AS),
+        read_only_root_filesystem: Some(true),
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".to_owned()]),
+            ..Default::default()
+        }),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".to_owned(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The `haltsql serve` container.
+fn container(spec: &HaltSQLServerSpec, volume_mounts: Vec<VolumeMount>) -> Container {
+    let tls = spec.tls.is_some();
+    let probe_port = if tls { "health" } else { "http" };
+    let mut ports = vec![ContainerPort {
+        name: Some("http".to_owned()),
+        container_port: HTTP_PORT,
+        protocol: Some("TCP".to_owned()),
+        ..Default::default()
+    }];
+    if tls {
+        ports.push(ContainerPort {
+            name: Some("health".to_owned()),
+            container_port: HEALTH_PORT,
+            protocol: Some("TCP".to_owned()),
+            ..Default::default()
+        });
+    }
+    Container {
         name: CONTAINER_NAME.to_owned(),
         image: Some(spec.image.clone()),
         image_pull_policy: spec.image_pull_policy.map(|p| p.as_str().to_owned()),
@@ -206,27 +242,28 @@ pub(crate) fn deployment(
         ports: Some(ports),
         env: spec.env.clone().filter(|e| !e.is_empty()),
         resources: Some(spec.resources_or_default()),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(RUN_AS),
-            run_as_group: Some(RUN_AS),
-            read_only_root_filesystem: Some(true),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".to_owned()]),
-                ..Default::default()
-            }),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_owned(),
-                ..Default::default()
-            }),
-            ..Default::default()
-        }),
+        security_context: Some(container_security_context()),
         liveness_probe: Some(probe("/healthz", probe_port, 10)),
         readiness_probe: Some(probe("/readyz", probe_port, 5)),
         volume_mounts: Some(volume_mounts),
         ..Default::default()
-    };
+    }
+}
+
+/// The pod template: the container, its volumes, the user's scheduling
+/// fields, and the labels and annotations that tie it to its configuration.
+fn pod_template(
+    srv: &ServerRef<'_>,
+    config_map: &str,
+    checksum: &str,
+    secrets: &SecretMounts,
+    has_bundles: bool,
+) -> PodTemplateSpec {
+    let spec = srv.spec;
+    let Mounts {
+        volumes,
+        volume_mounts,
+    } = pod_mounts(spec, config_map, secrets, has_bundles);
 
     // User labels first, so the operator's labels win.
     let mut pod_labels = spec.pod_labels.clone().unwrap_or_default();
@@ -241,10 +278,57 @@ pub(crate) fn deployment(
     let mut pod_annotations = spec.pod_annotations.clone().unwrap_or_default();
     pod_annotations.insert(CONFIG_CHECKSUM_ANNOTATION.to_owned(), checksum.to_owned());
 
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(pod_labels),
+            annotations: Some(pod_annotations),
+            ..Default::default()
+        }),
+        spec: Some(PodSpec {
+            service_account_name: spec.service_account_name.clone(),
+            automount_service_account_token: Some(spec.automount_service_account_token()),
+            image_pull_secrets: spec.image_pull_secrets.clone().filter(|s| !s.is_empty()),
+            node_selector: spec.node_selector.clone().filter(|s| !s.is_empty()),
+            tolerations: spec.tolerations.clone().filter(|s| !s.is_empty()),
+            affinity: spec.affinity.clone(),
+            topology_spread_constraints: spec
+                .topology_spread_constraints
+                .clone()
+                .filter(|s| !s.is_empty()),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(true),
+                run_as_user: Some(RUN_AS),
+                run_as_group: Some(RUN_AS),
+                // Group-owns the mounted Secret files (mode 0440).
+                fs_group: Some(RUN_AS),
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".to_owned(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            containers: vec![container(spec, volume_mounts)],
+            volumes: Some(volumes),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The Deployment `<server>`. The rollout deadline is its own progress
+/// deadline, so the Deployment controller reports a stalled rollout even
+/// while the operator is down (`None`: Kubernetes' default).
+pub(crate) fn deployment(
+    srv: &ServerRef<'_>,
+    config_map: &str,
+    checksum: &str,
+    secrets: &SecretMounts,
+    has_bundles: bool,
+    rollout_deadline: Option<Duration>,
+) -> Deployment {
     Deployment {
         metadata: srv.meta(srv.name.to_owned(), BTreeMap::new()),
         spec: Some(DeploymentSpec {
-            replicas: Some(spec.replicas_or_default()),
+            replicas: Some(srv.spec.replicas_or_default()),
             // Each old ReplicaSet keeps its ConfigMap alive; a few are enough
             // for `kubectl rollout undo`.
             revision_history_limit: Some(REVISION_HISTORY_LIMIT),
@@ -260,40 +344,9 @@ pub(crate) fn deployment(
                     max_surge: Some(IntOrString::Int(1)),
                 }),
             }),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pod_labels),
-                    annotations: Some(pod_annotations),
-                    ..Default::default()
-                }),
-                spec: Some(PodSpec {
-                    service_account_name: spec.service_account_name.clone(),
-                    automount_service_account_token: Some(spec.automount_service_account_token()),
-                    image_pull_secrets: spec.image_pull_secrets.clone().filter(|s| !s.is_empty()),
-                    node_selector: spec.node_selector.clone().filter(|s| !s.is_empty()),
-                    tolerations: spec.tolerations.clone().filter(|s| !s.is_empty()),
-                    affinity: spec.affinity.clone(),
-                    topology_spread_constraints: spec
-                        .topology_spread_constraints
-                        .clone()
-                        .filter(|s| !s.is_empty()),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(RUN_AS),
-                        run_as_group: Some(RUN_AS),
-                        // Group-owns the mounted Secret files (mode 0440).
-                        fs_group: Some(RUN_AS),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    }),
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    ..Default::default()
-                }),
-            },
+            template: pod_template(srv, config_map, checksum, secrets, has_bundles),
+            progress_deadline_seconds: rollout_deadline
+                .map(|d| i32::try_from(d.as_secs()).unwrap_or(i32::MAX)),
             ..Default::default()
         }),
         ..Default::default()

@@ -50,7 +50,7 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Deserialize;
-use tracing::{Instrument, debug, info, info_span, warn};
+use tracing::info;
 
 use super::validator::{Validator, Verdict};
 use crate::api::{
@@ -58,14 +58,13 @@ use crate::api::{
     HaltSQLServer, MAX_POLICY_BYTES, PolicyConditionType, PolicySource, SyncedReason, ValidReason,
     find_condition, set_condition,
 };
-use crate::controllers::context::{Context, object_key};
+use crate::controllers::backoff::Backoff;
+use crate::controllers::context::Context;
 use crate::controllers::metrics::ControllerKind;
+use crate::controllers::reconcile::{self as wrapper, Pass, PassError, Reconciled, is_conflict};
 use crate::controllers::status_patch::patch_status;
 use crate::render;
 
-/// How soon a conflicting write is retried. The watch usually delivers the
-/// newer object (and a reconcile) before that.
-const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
 /// Servers named in a `Synced` message before the rest are counted.
 const MAX_LISTED_SERVERS: usize = 10;
 
@@ -77,10 +76,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-impl Error {
-    /// A 409: someone wrote in between. Normal; the next pass finishes the job.
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+impl PassError for Error {
+    fn is_conflict(&self) -> bool {
+        matches!(self, Error::Kube(e) if is_conflict(e))
     }
 }
 
@@ -167,69 +165,30 @@ impl Judgement {
     }
 }
 
+impl Reconciled for HaltSQLPolicy {
+    const CONTROLLER: ControllerKind = ControllerKind::Policy;
+    const CONFLICT_REQUEUE: Duration = Duration::from_millis(500);
+
+    fn store(ctx: &Context) -> &Store<Self> {
+        &ctx.policies
+    }
+
+    fn backoff(ctx: &Context) -> &Backoff {
+        &ctx.policy_backoff
+    }
+}
+
 /// Reconciles one HaltSQLPolicy.
 pub async fn reconcile(policy: Arc<HaltSQLPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = info_span!(
-        "reconcile",
-        controller = "haltsqlpolicy",
-        namespace = policy.namespace().unwrap_or_default(),
-        name = policy.name_any()
-    );
-    async move {
-        let timer = ctx.metrics.start_reconcile(ControllerKind::Policy);
-        let key = object_key(policy.namespace().as_deref(), &policy.name_any());
-        let Some(policy) = ctx.own_writes.caught_up(&ctx.policies, policy).await else {
-            debug!("the cache does not show our last status write yet; looking again soon");
-            timer.finish("stale");
-            return Ok(Action::requeue(
-                crate::controllers::status_patch::STALE_RECHECK,
-            ));
-        };
-        let result = reconcile_policy(&policy, &ctx).await;
-        match &result {
-            Ok(Pass::Done) => {
-                ctx.policy_backoff.succeeded(&key);
-                timer.finish("success");
-                Ok(Action::requeue(ctx.settings.resync))
-            }
-            Ok(Pass::ValidatorFailed) => {
-                // The status says ValidatorError; try again, slower each time.
-                let delay = ctx.policy_backoff.failed(&key);
-                debug!(retry_in = ?delay, "validator error, retrying");
-                timer.finish("requeue");
-                Ok(Action::requeue(delay))
-            }
-            Err(e) if e.is_conflict() => {
-                debug!("conflict writing status, requeueing");
-                timer.finish("conflict");
-                Ok(Action::requeue(CONFLICT_REQUEUE))
-            }
-            Err(_) => {
-                timer.finish("error");
-                result.map(|_| Action::await_change())
-            }
-        }
-    }
-    .instrument(span)
+    wrapper::reconcile(policy, ctx, |policy, ctx| async move {
+        reconcile_policy(&policy, &ctx).await
+    })
     .await
 }
 
 /// Requeues a failed reconcile with per-object exponential backoff.
 pub fn error_policy(policy: Arc<HaltSQLPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
-    let key = object_key(policy.namespace().as_deref(), &policy.name_any());
-    if error.is_conflict() {
-        debug!(policy = %key, "conflict, requeueing");
-        return Action::requeue(CONFLICT_REQUEUE);
-    }
-    let delay = ctx.policy_backoff.failed(&key);
-    warn!(policy = %key, %error, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
-}
-
-/// How a pass ended when it did not fail.
-enum Pass {
-    Done,
-    ValidatorFailed,
+    wrapper::error_policy(policy, error, ctx)
 }
 
 async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass, Error> {
@@ -272,7 +231,8 @@ async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass,
         .await?;
     }
     Ok(match judgement {
-        Judgement::ValidatorError { .. } => Pass::ValidatorFailed,
+        // The status says ValidatorError; try again, slower each time.
+        Judgement::ValidatorError { .. } => Pass::Retry,
         _ => Pass::Done,
     })
 }

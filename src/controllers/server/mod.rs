@@ -4,12 +4,12 @@
 mod apply;
 mod collect;
 mod events;
+mod owned;
 mod policies;
 mod reconcile;
 mod status;
 
 pub use policies::{PolicyGate, ReadyPolicy, gate_policies, gate_policies_with};
-pub use reconcile::with_rollout_deadline;
 pub use reconcile::{Error, error_policy, reconcile};
 pub use status::{RolloutState, rollout_state};
 

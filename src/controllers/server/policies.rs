@@ -10,6 +10,7 @@ use crate::api::{
     ConditionStatus, HaltSQLPolicy, HaltSQLPolicySpec, HaltSQLServer, PoliciesReadyReason,
     PolicyConditionType, find_condition,
 };
+use crate::render::PolicyInput;
 use crate::render::content::content_hash;
 
 /// A referenced policy that may be rendered.
@@ -21,6 +22,18 @@ pub struct ReadyPolicy {
     pub policy_name: String,
     pub content_hash: String,
     pub spec: HaltSQLPolicySpec,
+}
+
+impl ReadyPolicy {
+    /// This policy as rendering takes it.
+    pub fn input(&self) -> PolicyInput<'_> {
+        PolicyInput {
+            object_name: &self.object_name,
+            policy_name: &self.policy_name,
+            content_hash: &self.content_hash,
+            spec: &self.spec,
+        }
+    }
 }
 
 /// Whether the server may be rendered, and if not, why.

@@ -1,0 +1,136 @@
+//! The owned objects of one render, each behind the same two steps (plan,
+//! then write), so that the reconcile goes over them in one loop.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::future::{BoxFuture, FutureExt};
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use super::apply::{self, Plan};
+use crate::controllers::metrics::Metrics;
+
+/// One owned object: its API, what the cache shows under its name, and the
+/// desired object (`None`: disabled, so deleted if this server controls it).
+pub struct OwnedObject<K> {
+    api: Api<K>,
+    name: String,
+    cached: Option<ObjectMeta>,
+    desired: Option<K>,
+}
+
+impl<K> OwnedObject<K>
+where
+    K: Resource<Scope = NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    pub fn new(
+        client: &Client,
+        namespace: &str,
+        name: String,
+        cached: Option<ObjectMeta>,
+        desired: Option<K>,
+    ) -> Self {
+        Self {
+            api: Api::namespaced(client.clone(), namespace),
+            name,
+            cached,
+            desired,
+        }
+    }
+}
+
+/// The steps every owned kind goes through.
+pub trait OwnedStep: Send + Sync {
+    /// `Deployment`, `ConfigMap`, ...
+    fn kind(&self) -> String;
+    /// What to do with the desired object; `None` when it is disabled.
+    fn plan<'a>(&'a self, server_uid: &'a str) -> BoxFuture<'a, Result<Option<Plan>, kube::Error>>;
+    /// Applies the desired object if `plan` says so, or deletes a disabled
+    /// one this server controls.
+    fn write<'a>(
+        &'a self,
+        plan: Option<&'a Plan>,
+        server_uid: &'a str,
+        metrics: &'a Metrics,
+    ) -> BoxFuture<'a, Result<(), kube::Error>>;
+}
+
+impl<K> OwnedStep for OwnedObject<K>
+where
+    K: Resource<Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync,
+    K::DynamicType: Default,
+{
+    fn kind(&self) -> String {
+        K::kind(&Default::default()).into_owned()
+    }
+
+    fn plan<'a>(&'a self, server_uid: &'a str) -> BoxFuture<'a, Result<Option<Plan>, kube::Error>> {
+        async move {
+            match &self.desired {
+                Some(desired) => apply::plan(&self.api, self.cached.clone(), desired, server_uid)
+                    .await
+                    .map(Some),
+                None => Ok(None),
+            }
+        }
+        .boxed()
+    }
+
+    fn write<'a>(
+        &'a self,
+        plan: Option<&'a Plan>,
+        server_uid: &'a str,
+        metrics: &'a Metrics,
+    ) -> BoxFuture<'a, Result<(), kube::Error>> {
+        async move {
+            match (&self.desired, plan) {
+                (Some(desired), Some(Plan::Apply)) => {
+                    apply::apply(&self.api, desired, metrics).await
+                }
+                (None, _) => {
+                    let cached = self.cached.clone();
+                    apply::delete_if_controlled(&self.api, &self.name, cached, server_uid, metrics)
+                        .await
+                }
+                _ => Ok(()),
+            }
+        }
+        .boxed()
+    }
+}
+
+/// The cached object `namespace/name`.
+pub fn cached<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<Arc<K>>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    store.get(&ObjectRef::new(name).within(namespace))
+}
+
+/// The metadata of the cached object `namespace/name`.
+pub fn cached_meta<K>(
+    store: &Store<PartialObjectMeta<K>>,
+    namespace: &str,
+    name: &str,
+) -> Option<ObjectMeta>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
+{
+    cached(store, namespace, name).map(|m| m.metadata.clone())
+}
