@@ -5,7 +5,7 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::SpecError;
+use super::spec_error::SpecError;
 
 /// Largest inline policy document, in bytes (256 KiB).
 pub const MAX_POLICY_BYTES: usize = 256 * 1024;

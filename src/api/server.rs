@@ -14,7 +14,8 @@ use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{RawObject, SpecError, free_form_object, free_form_object_list};
+use super::free_form::{RawObject, free_form_object, free_form_object_list};
+use super::spec_error::SpecError;
 
 /// Default of `spec.replicas`.
 pub const DEFAULT_REPLICAS: i32 = 2;

@@ -8,7 +8,8 @@ use serde::Serialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::SPEC_HASH_ANNOTATION;
+/// Hash of an owned object as rendered (without this annotation).
+pub const SPEC_HASH_ANNOTATION: &str = "haltsql.dev/spec-hash";
 
 /// Lower-case hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {

@@ -4,7 +4,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::RenderError;
+use super::errors::RenderError;
 use super::secrets::{SecretMounts, check_ref, substitute_object};
 use crate::api::{
     BundleAuth, BundleAuthType, BundleLocation, BundleSource, ClientAuth, HaltSQLServerSpec,
@@ -375,23 +375,9 @@ fn tls(spec: &HaltSQLServerSpec) -> Option<Tls> {
     })
 }
 
-/// Builds the document from the server spec and the `policies[]` entries
-/// (already rendered), mounting every Secret key it refers to.
-pub(crate) fn config_doc(
-    spec: &HaltSQLServerSpec,
-    policies: Vec<PolicyEntry>,
-    mounts: &mut SecretMounts,
-) -> Result<ConfigDoc, RenderError> {
-    let config = spec.config.as_ref();
-    let raw = |section: Option<&crate::api::RawObject>,
-               field: &str,
-               mounts: &mut SecretMounts|
-     -> Result<Option<Value>, RenderError> {
-        section
-            .map(|s| substitute_object(s, field, mounts))
-            .transpose()
-    };
-
+/// The `server.auth` section: tokens (their hashes mounted), OIDC
+/// providers and mTLS identities, with Secret placeholders substituted.
+fn auth(spec: &HaltSQLServerSpec, mounts: &mut SecretMounts) -> Result<Auth, RenderError> {
     let tokens = spec
         .tokens()
         .iter()
@@ -432,7 +418,32 @@ pub(crate) fn config_doc(
         })
         .transpose()?
         .map(|identities| Mtls { identities });
+    Ok(Auth {
+        allow_unauthenticated: spec.allow_unauthenticated(),
+        tokens,
+        oidc,
+        mtls,
+    })
+}
 
+/// Builds the document from the server spec and the `policies[]` entries
+/// (already rendered), mounting every Secret key it refers to.
+pub(crate) fn config_doc(
+    spec: &HaltSQLServerSpec,
+    policies: Vec<PolicyEntry>,
+    mounts: &mut SecretMounts,
+) -> Result<ConfigDoc, RenderError> {
+    let config = spec.config.as_ref();
+    let raw = |section: Option<&crate::api::RawObject>,
+               field: &str,
+               mounts: &mut SecretMounts|
+     -> Result<Option<Value>, RenderError> {
+        section
+            .map(|s| substitute_object(s, field, mounts))
+            .transpose()
+    };
+
+    let auth = auth(spec, mounts)?;
     let admin = raw(
         config.and_then(|c| c.admin.as_ref()),
         "spec.config.admin",
@@ -442,12 +453,7 @@ pub(crate) fn config_doc(
         listen: LISTEN,
         health_listen: spec.tls.is_some().then_some(HEALTH_LISTEN),
         tls: tls(spec),
-        auth: Some(Auth {
-            allow_unauthenticated: spec.allow_unauthenticated(),
-            tokens,
-            oidc,
-            mtls,
-        }),
+        auth: Some(auth),
         admin,
     };
 

@@ -3,9 +3,9 @@
 
 use serde::Serialize;
 
-use super::RenderError;
 use super::checksum::{canonical_json, sha256_hex};
 use super::config::{BundleEntry, Credentials, LISTEN, PolicyEntry, bundle_entry, to_yaml};
+use super::errors::RenderError;
 use crate::api::{HaltSQLPolicySpec, PolicySource};
 
 /// File name of an inline policy's validation document.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::RenderError;
+use super::errors::RenderError;
 
 /// Where Secret keys are mounted in the server container, one
 /// `<secret>/<key>` file each (one projected volume).

@@ -11,8 +11,9 @@ use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec}
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use super::errors::RenderError;
+use super::objects::{ServerRef, selector_labels};
 use super::workload::HTTP_PORT;
-use super::{RenderError, ServerRef, selector_labels};
 use crate::api::PdbBudget;
 
 fn pod_selector(srv: &ServerRef<'_>) -> LabelSelector {

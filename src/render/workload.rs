@@ -17,11 +17,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::config::{BUNDLE_CACHE_DIR, TLS_DIR};
-use super::secrets::{SECRETS_DIR, SecretMounts};
-use super::{
+use super::objects::{
     CONFIG_CHECKSUM_ANNOTATION, CONFIG_HASH_LABEL, CONFIG_KEY, ServerRef, common_labels,
     config_hash, selector_labels,
 };
+use super::secrets::{SECRETS_DIR, SecretMounts};
 use crate::api::{ClientAuth, HaltSQLServerSpec};
 
 /// The container's name.

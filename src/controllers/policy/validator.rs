@@ -36,12 +36,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Deserialize;
@@ -137,17 +136,6 @@ impl Validator {
     pub fn with_temp_root(mut self, root: PathBuf) -> Self {
         self.temp_root = root;
         self
-    }
-
-    /// Keeps at most `capacity` verdicts (at least one).
-    pub fn with_cache_capacity(self, capacity: usize) -> Self {
-        *lock(&self.cache) = VerdictCache::new(capacity);
-        self
-    }
-
-    /// The binary this validator runs.
-    pub fn binary(&self) -> &Path {
-        &self.binary
     }
 
     /// The verdict for `doc`: from the cache when these exact bytes were
@@ -469,7 +457,7 @@ fn cancelled() -> Verdict {
     }
 }
 
-/// Prefix of every private directory (`haltsql-validate-<pid>-<n>-<nanos>`).
+/// Prefix of every private directory (`haltsql-validate-<pid>-<random>`).
 const PRIVATE_DIR_PREFIX: &str = "haltsql-validate-";
 
 /// Removes the private directories an earlier run of the operator left in
@@ -773,40 +761,32 @@ impl VerdictCache {
 
 /// A directory only this process's user can enter, removed on drop.
 struct PrivateDir {
-    path: PathBuf,
+    /// `None` only while being dropped.
+    dir: Option<tempfile::TempDir>,
 }
 
 impl PrivateDir {
     fn create(root: &Path) -> std::io::Result<Self> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let mut last_error = None;
-        for _ in 0..16 {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.subsec_nanos());
-            let path = root.join(format!(
-                "{PRIVATE_DIR_PREFIX}{}-{}-{nanos:08x}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            // mkdir never follows a symlink in the last component and fails
-            // if the name exists, so nobody can pre-plant this directory.
-            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => {
-                    let dir = Self { path };
-                    // The umask can only remove bits; make the mode exact anyway.
-                    std::fs::set_permissions(&dir.path, std::fs::Permissions::from_mode(0o700))?;
-                    return Ok(dir);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last_error = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last_error.unwrap_or_else(|| std::io::Error::other("no free directory name")))
+        // `<prefix><pid>-<random>`: the start-up sweep finds a killed
+        // process's directories by the prefix and the pid. tempfile makes
+        // the directory with mkdir, which never follows a symlink in the last
+        // component and fails if the name exists (then it tries another), so
+        // nobody can pre-plant it.
+        let prefix = format!("{PRIVATE_DIR_PREFIX}{}-", std::process::id());
+        let dir = tempfile::Builder::new()
+            .prefix(&prefix)
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir_in(root)?;
+        // The umask can only remove bits; make the mode exact anyway.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
+        Ok(Self { dir: Some(dir) })
     }
 
     fn path(&self) -> &Path {
-        &self.path
+        match &self.dir {
+            Some(dir) => dir.path(),
+            None => Path::new(""),
+        }
     }
 
     fn write_file(&self, name: &str, contents: &[u8]) -> std::io::Result<()> {
@@ -814,7 +794,7 @@ impl PrivateDir {
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(self.path.join(name))?;
+            .open(self.path().join(name))?;
         // No fsync: the child reads it through the page cache, and the
         // directory is gone before a crash could matter.
         file.write_all(contents)
@@ -823,10 +803,12 @@ impl PrivateDir {
 
 impl Drop for PrivateDir {
     fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.path)
+        let Some(dir) = self.dir.take() else { return };
+        let path = dir.path().to_owned();
+        if let Err(e) = dir.close()
             && e.kind() != std::io::ErrorKind::NotFound
         {
-            warn!(path = %self.path.display(), error = %e, "cannot remove the validator's private directory");
+            warn!(path = %path.display(), error = %e, "cannot remove the validator's private directory");
         }
     }
 }

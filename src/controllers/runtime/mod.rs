@@ -36,13 +36,8 @@ use requeue::{
     Requeues, SyncedInputs, on_owned_deleted, on_policy_deleted, on_replica_set_deleted,
     on_server_deleted, policies_to_requeue,
 };
+pub use watches::RuntimeError;
 use watches::{Shared, drive, watch_full, watch_meta};
-
-#[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
-    #[error("cannot subscribe to a shared store")]
-    Subscribe,
-}
 
 /// Counts the scopes whose stores are synced; `/readyz` reads it.
 #[derive(Clone, Debug, Default)]

@@ -14,10 +14,14 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tracing::warn;
 
-use super::RuntimeError;
-
 /// Objects a subscriber may fall behind by before the root stream waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error("cannot subscribe to a shared store")]
+    Subscribe,
+}
 
 pub(super) fn scoped_api<K>(client: &Client, namespace: Option<&str>) -> Api<K>
 where

@@ -98,7 +98,44 @@ pub fn compute_status(
         set_condition(&mut conditions, desired, generation, now);
     };
 
-    let policies_ready = match outcome {
+    let policies_ready = policies_ready_condition(outcome);
+    let config_rendered = config_rendered_condition(outcome);
+    if let Outcome::Rendered { checksum, .. } = outcome {
+        status.config_checksum = Some(checksum.clone());
+    }
+    let (available, progressing) = match deployment {
+        None => {
+            status.replicas = None;
+            status.ready_replicas = None;
+            status.updated_replicas = None;
+            (
+                DesiredCondition::new(
+                    ConditionStatus::False,
+                    AvailableReason::DeploymentMissing,
+                    "The Deployment does not exist",
+                ),
+                DesiredCondition::new(
+                    ConditionStatus::False,
+                    ProgressingReason::DeploymentMissing,
+                    "The Deployment does not exist",
+                ),
+            )
+        }
+        Some(deployment) => deployment_conditions(deployment, outcome, &mut status),
+    };
+
+    let ready = ready_condition(&policies_ready, &config_rendered, &available, &progressing);
+    set(policies_ready);
+    set(config_rendered);
+    set(available);
+    set(progressing);
+    set(ready);
+    status.conditions = conditions;
+    status
+}
+
+fn policies_ready_condition(outcome: &Outcome) -> DesiredCondition {
+    match outcome {
         Outcome::PoliciesNotReady { reason, message } => {
             DesiredCondition::new(ConditionStatus::False, *reason, message.clone())
         }
@@ -107,8 +144,11 @@ pub fn compute_status(
             PoliciesReadyReason::PoliciesReady,
             "Every referenced HaltSQLPolicy is valid",
         ),
-    };
-    let config_rendered = match outcome {
+    }
+}
+
+fn config_rendered_condition(outcome: &Outcome) -> DesiredCondition {
+    match outcome {
         Outcome::PoliciesNotReady { .. } => DesiredCondition::new(
             ConditionStatus::False,
             ConfigRenderedReason::NotRendered,
@@ -134,113 +174,89 @@ pub fn compute_status(
             ConfigRenderedReason::Rendered,
             format!("Configuration {} rendered", short(checksum)),
         ),
-    };
-    if let Outcome::Rendered { checksum, .. } = outcome {
-        status.config_checksum = Some(checksum.clone());
     }
+}
 
-    let (available, progressing) = match deployment {
-        None => {
-            status.replicas = None;
-            status.ready_replicas = None;
-            status.updated_replicas = None;
-            (
-                DesiredCondition::new(
-                    ConditionStatus::False,
-                    AvailableReason::DeploymentMissing,
-                    "The Deployment does not exist",
-                ),
-                DesiredCondition::new(
-                    ConditionStatus::False,
-                    ProgressingReason::DeploymentMissing,
-                    "The Deployment does not exist",
-                ),
-            )
-        }
-        Some(deployment) => {
-            let desired = deployment
-                .spec
-                .as_ref()
-                .and_then(|s| s.replicas)
-                .unwrap_or(1);
-            let observed = deployment.status.clone().unwrap_or_default();
-            status.replicas = Some(observed.replicas.unwrap_or(0));
-            status.ready_replicas = Some(observed.ready_replicas.unwrap_or(0));
-            status.updated_replicas = Some(observed.updated_replicas.unwrap_or(0));
-            let available_count = observed.available_replicas.unwrap_or(0);
-            let available = if desired == 0 {
-                DesiredCondition::new(
-                    ConditionStatus::False,
-                    AvailableReason::ScaledToZero,
-                    "The server is scaled to zero replicas",
-                )
-            } else if available_count >= desired {
-                DesiredCondition::new(
-                    ConditionStatus::True,
-                    AvailableReason::Ready,
-                    format!("{available_count} of {desired} replicas available"),
-                )
-            } else {
-                DesiredCondition::new(
-                    ConditionStatus::False,
-                    AvailableReason::Unavailable,
-                    format!("{available_count} of {desired} replicas available"),
-                )
-            };
-            let template_checksum = deployment
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(CONFIG_CHECKSUM_ANNOTATION))
-                .cloned();
-            let state = rollout_state(deployment);
-            let progressing = match state {
-                RolloutState::Complete => DesiredCondition::new(
-                    ConditionStatus::True,
-                    ProgressingReason::RolloutComplete,
-                    format!(
-                        "Configuration {} runs on every replica",
-                        template_checksum.as_deref().map(short).unwrap_or("?")
-                    ),
-                ),
-                RolloutState::Failed => DesiredCondition::new(
-                    ConditionStatus::False,
-                    ProgressingReason::RolloutFailed,
-                    "The rollout made no progress within its deadline; the old pods keep serving. Check the new pods' logs for the haltsql load error",
-                ),
-                RolloutState::InProgress => DesiredCondition::new(
-                    ConditionStatus::True,
-                    ProgressingReason::RollingOut,
-                    format!(
-                        "{} of {desired} replicas updated, {available_count} available",
-                        observed.updated_replicas.unwrap_or(0)
-                    ),
-                ),
-            };
-            // appliedPolicies follows only a complete rollout of exactly what was rendered now.
-            if let Outcome::Rendered {
-                checksum, policies, ..
-            } = outcome
-                && state == RolloutState::Complete
-                && template_checksum.as_deref() == Some(checksum.as_str())
-            {
-                let mut applied = policies.clone();
-                applied.sort();
-                status.applied_policies = Some(applied);
-            }
-            (available, progressing)
-        }
+/// `Available` and `Progressing` from the Deployment, with the replica
+/// counts and (after a complete rollout of what was rendered now)
+/// `appliedPolicies` written into `status`.
+fn deployment_conditions(
+    deployment: &Deployment,
+    outcome: &Outcome,
+    status: &mut HaltSQLServerStatus,
+) -> (DesiredCondition, DesiredCondition) {
+    let desired = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let observed = deployment.status.clone().unwrap_or_default();
+    status.replicas = Some(observed.replicas.unwrap_or(0));
+    status.ready_replicas = Some(observed.ready_replicas.unwrap_or(0));
+    status.updated_replicas = Some(observed.updated_replicas.unwrap_or(0));
+    let available_count = observed.available_replicas.unwrap_or(0);
+    let available = if desired == 0 {
+        DesiredCondition::new(
+            ConditionStatus::False,
+            AvailableReason::ScaledToZero,
+            "The server is scaled to zero replicas",
+        )
+    } else if available_count >= desired {
+        DesiredCondition::new(
+            ConditionStatus::True,
+            AvailableReason::Ready,
+            format!("{available_count} of {desired} replicas available"),
+        )
+    } else {
+        DesiredCondition::new(
+            ConditionStatus::False,
+            AvailableReason::Unavailable,
+            format!("{available_count} of {desired} replicas available"),
+        )
     };
-
-    let ready = ready_condition(&policies_ready, &config_rendered, &available, &progressing);
-    set(policies_ready);
-    set(config_rendered);
-    set(available);
-    set(progressing);
-    set(ready);
-    status.conditions = conditions;
-    status
+    let template_checksum = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(CONFIG_CHECKSUM_ANNOTATION))
+        .cloned();
+    let state = rollout_state(deployment);
+    let progressing = match state {
+        RolloutState::Complete => DesiredCondition::new(
+            ConditionStatus::True,
+            ProgressingReason::RolloutComplete,
+            format!(
+                "Configuration {} runs on every replica",
+                template_checksum.as_deref().map(short).unwrap_or("?")
+            ),
+        ),
+        RolloutState::Failed => DesiredCondition::new(
+            ConditionStatus::False,
+            ProgressingReason::RolloutFailed,
+            "The rollout made no progress within its deadline; the old pods keep serving. Check the new pods' logs for the haltsql load error",
+        ),
+        RolloutState::InProgress => DesiredCondition::new(
+            ConditionStatus::True,
+            ProgressingReason::RollingOut,
+            format!(
+                "{} of {desired} replicas updated, {available_count} available",
+                observed.updated_replicas.unwrap_or(0)
+            ),
+        ),
+    };
+    // appliedPolicies follows only a complete rollout of exactly what was rendered now.
+    if let Outcome::Rendered {
+        checksum, policies, ..
+    } = outcome
+        && state == RolloutState::Complete
+        && template_checksum.as_deref() == Some(checksum.as_str())
+    {
+        let mut applied = policies.clone();
+        applied.sort();
+        status.applied_policies = Some(applied);
+    }
+    (available, progressing)
 }
 
 /// `Ready`: true when the others are satisfied, else the first unsatisfied one's reason.
