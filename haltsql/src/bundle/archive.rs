@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::load::names::is_dns1123_subdomain;
-use crate::load::{self, LoadOptions, LoadedPolicy, LocatedError, yaml};
+use crate::load::{self, LoadOptions, LoadedPolicy, LocatedError, tree, yaml};
 
 /// Largest bundle archive (compressed), fetched or cached: 8 MiB.
 pub const MAX_BUNDLE_BYTES: u64 = 8 * 1024 * 1024;
@@ -313,9 +313,9 @@ fn peek(bytes: &[u8]) -> Peek {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return out; // the loader reports it, located
     };
-    let (root, _) = yaml::parse(text, yaml::Limits::default());
-    if let Some(yaml::Node {
-        value: yaml::Value::Map(entries),
+    let (root, _) = yaml::parse(text, tree::Limits::default());
+    if let Some(tree::Node {
+        value: tree::Value::Map(entries),
         ..
     }) = root
     {

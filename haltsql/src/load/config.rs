@@ -1,19 +1,19 @@
 //! `kind: Config` documents.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use super::Session;
 use super::bundle::{
-    BundleSource, Prefix, S3Access, S3Credentials, SourceAuth, check_url, parse_auth,
-    parse_bundle_source, parse_s3_access,
+    BundleSource, Prefix, S3Access, S3Credentials, SourceAuth, parse_auth, parse_bundle_source,
+    parse_s3_access,
 };
+use super::fields::{Secret, abs_path, bucket, check_url, url};
 use super::names::is_dns1123_subdomain;
 use super::policy::LoadedPolicy;
+use super::tree::Node;
 use super::walk::{Doc, Map, Str, index, join};
-use super::yaml::Node;
 
 /// Top-level keys of a Config document.
 pub(crate) const CONFIG_KEYS: &[&str] = &[
@@ -45,28 +45,6 @@ pub const DEFAULT_IDLE_TIMEOUT_SECONDS: u64 = 60;
 pub const DEFAULT_MAX_CONNECTIONS: u64 = 1024;
 /// Default `limits.max_requests_in_flight`.
 pub const DEFAULT_MAX_REQUESTS_IN_FLIGHT: u64 = 256;
-
-/// A secret string (password, token, key). `Debug` does not show it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a value.
-    pub fn new(value: impl Into<String>) -> Self {
-        Secret(value.into())
-    }
-
-    /// The secret value.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(***)")
-    }
-}
 
 /// A fully loaded and checked Config, with every placeholder resolved.
 ///
@@ -485,26 +463,6 @@ impl AuditSink {
     }
 }
 
-/// An absolute path (rooted when the options have a root).
-pub(crate) fn abs_path(
-    session: &Session<'_>,
-    doc: &mut Doc<'_>,
-    node: &Node,
-    path: &str,
-) -> Option<PathBuf> {
-    let s = doc.nonempty(node, path)?;
-    let p = Path::new(&s.value);
-    if !p.is_absolute() {
-        doc.error_str(&s, format!("{} must be an absolute path", s.shown()));
-        return None;
-    }
-    if s.value.contains('\0') {
-        doc.error_str(&s, "path must not contain NUL");
-        return None;
-    }
-    Some(super::fs::rooted(session.opts.root.as_deref(), p))
-}
-
 fn socket_addr(doc: &mut Doc<'_>, node: &Node, path: &str) -> Option<(SocketAddr, Str)> {
     let s = doc.nonempty(node, path)?;
     match s.value.parse::<SocketAddr>() {
@@ -768,13 +726,13 @@ pub(crate) fn parse_config(
 /// The node of `server.auth.<key>`, for locating cross-check errors.
 fn auth_node<'n>(m: Map<'n>, key: &str) -> Option<&'n Node> {
     let server = m.get("server")?;
-    let super::yaml::Value::Map(entries) = &server.value else {
+    let super::tree::Value::Map(entries) = &server.value else {
         return None;
     };
     let auth = entries
         .iter()
         .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == "auth"))?;
-    let super::yaml::Value::Map(entries) = &auth.1.value else {
+    let super::tree::Value::Map(entries) = &auth.1.value else {
         return None;
     };
     entries
@@ -1355,65 +1313,6 @@ fn parse_delivery(doc: &mut Doc<'_>, node: &Node) -> Option<DeliveryConfig> {
     })
 }
 
-fn bucket_ok(s: &str, max: usize) -> bool {
-    let b = s.as_bytes();
-    b.len() >= 3
-        && b.len() <= max
-        && b.iter().all(|c| {
-            c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b'.' | b'-' | b'_')
-        })
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-}
-
-pub(crate) fn bucket(doc: &mut Doc<'_>, node: &Node, path: &str, max: usize) -> Option<String> {
-    let s = doc.nonempty(node, path)?;
-    if bucket_ok(&s.value, max) && (max != 63 || !s.value.contains('_')) {
-        Some(s.value)
-    } else {
-        doc.error_str(
-            &s,
-            format!(
-                "invalid bucket name {}: 3 to {max} lower-case letters, digits, '.' and '-'{}, starting and ending with a letter or digit",
-                s.shown(),
-                if max == 63 { "" } else { " and '_'" }
-            ),
-        );
-        None
-    }
-}
-
-pub(crate) fn region(doc: &mut Doc<'_>, node: &Node, path: &str) -> Option<String> {
-    let s = doc.nonempty(node, path)?;
-    if s.value.len() <= 64
-        && s.value
-            .bytes()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-    {
-        Some(s.value)
-    } else {
-        doc.error_str(
-            &s,
-            format!(
-                "invalid region {}: lower-case letters, digits and '-'",
-                s.shown()
-            ),
-        );
-        None
-    }
-}
-
-pub(crate) fn url(doc: &mut Doc<'_>, node: &Node, path: &str, schemes: &[&str]) -> Option<String> {
-    let s = doc.nonempty(node, path)?;
-    match check_url(&s.value, schemes) {
-        Ok(()) => Some(s.value),
-        Err(e) => {
-            doc.error_str(&s, format!("invalid URL {}: {e}", s.shown()));
-            None
-        }
-    }
-}
-
 fn parse_sink(
     session: &Session<'_>,
     doc: &mut Doc<'_>,
@@ -1732,9 +1631,9 @@ fn parse_kafka_tls(
     node: &Node,
     path: &str,
 ) -> Option<Option<KafkaTls>> {
-    if !matches!(node.value, super::yaml::Value::Map(_)) {
-        if let super::yaml::Value::Scalar(s) = &node.value
-            && let super::yaml::ScalarKind::Bool(b) = s.kind()
+    if !matches!(node.value, super::tree::Value::Map(_)) {
+        if let super::tree::Value::Scalar(s) = &node.value
+            && let super::tree::ScalarKind::Bool(b) = s.kind()
         {
             return Some(b.then(KafkaTls::default));
         }

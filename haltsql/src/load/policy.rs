@@ -8,8 +8,8 @@ use serde::Serialize;
 
 use super::Session;
 use super::names::{IDENTIFIER_RULE, is_dns1123_subdomain, is_identifier};
+use super::tree::Node;
 use super::walk::{Doc, Map, Placeholders, index, join, quote};
-use super::yaml::Node;
 
 /// Top-level keys of a Policy document.
 pub(crate) const POLICY_KEYS: &[&str] = &[
@@ -186,20 +186,20 @@ impl LoadedPolicy {
 /// Reads the `metadata.name` of a Policy document without checking the rest
 /// (for the document list, even when the policy is invalid).
 pub(crate) fn peek_name(root: &Node) -> Option<String> {
-    let super::yaml::Value::Map(entries) = &root.value else {
+    let super::tree::Value::Map(entries) = &root.value else {
         return None;
     };
     let meta = entries
         .iter()
         .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == "metadata"))?;
-    let super::yaml::Value::Map(meta) = &meta.1.value else {
+    let super::tree::Value::Map(meta) = &meta.1.value else {
         return None;
     };
     let name = meta
         .iter()
         .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == "name"))?;
     let s = name.1.as_scalar()?;
-    (s.kind() == super::yaml::ScalarKind::Str).then(|| s.text.clone())
+    (s.kind() == super::tree::ScalarKind::Str).then(|| s.text.clone())
 }
 
 /// Checks a Policy document (its root mapping) and builds the policy.
@@ -475,7 +475,7 @@ fn parse_tables(
                     let mut seen = BTreeSet::new();
                     let mut list = Vec::new();
                     let items_nodes = match &cols.value {
-                        super::yaml::Value::Seq(n) => n.as_slice(),
+                        super::tree::Value::Seq(n) => n.as_slice(),
                         _ => &[],
                     };
                     for (s, n) in items.into_iter().zip(items_nodes) {
