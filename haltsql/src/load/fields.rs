@@ -1,5 +1,6 @@
 //! Field checks shared by the config sections and the bundle sources:
-//! secrets, absolute paths, bucket and region names, URLs and hosts.
+//! secrets, absolute paths, files given as a path or as their content,
+//! bucket and region names, URLs and hosts.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -168,6 +169,126 @@ pub fn is_loopback_host(host: &str) -> bool {
     }
     host.parse::<std::net::IpAddr>()
         .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A file setting that takes either a path or the file's content.
+///
+/// With the operator's Secret references, `${file:...}` placeholders resolve
+/// to a file's *content*, so keys such as `ca_file` accept both: a value
+/// that starts with `-----BEGIN` (PEM) or `{` (JSON) is content, anything
+/// else must be an absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileOrContent {
+    /// An absolute path (rooted when the options have a root).
+    Path(PathBuf),
+    /// The content itself.
+    Content(Secret),
+}
+
+/// What the content form of a [`FileOrContent`] holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Content {
+    /// PEM certificates.
+    Certificates,
+    /// A PEM private key.
+    PrivateKey,
+    /// A JSON object (a service account key).
+    Json,
+    /// A JSON Web Key Set (a JSON object with a `keys` array).
+    Jwks,
+}
+
+/// A path or the content itself (see [`FileOrContent`]). Error messages
+/// never show content.
+pub(crate) fn file_or_content(
+    session: &Session<'_>,
+    doc: &mut Doc<'_>,
+    node: &Node,
+    path: &str,
+    content: Content,
+) -> Option<FileOrContent> {
+    let s = doc.nonempty(node, path)?;
+    let text = s.value.trim_start();
+    let form = match content {
+        Content::Certificates => "PEM certificates (-----BEGIN CERTIFICATE-----)",
+        Content::PrivateKey => "a PEM private key (-----BEGIN PRIVATE KEY-----)",
+        Content::Json => "the service account key JSON",
+        Content::Jwks => "a JWKS JSON document ({\"keys\": [...]})",
+    };
+    let is_content = match content {
+        Content::Json | Content::Jwks => text.starts_with('{'),
+        _ => text.starts_with("-----BEGIN"),
+    };
+    if is_content {
+        let ok = match content {
+            Content::Json => {
+                serde_json::from_str::<serde_json::Value>(text).is_ok_and(|v| v.is_object())
+            }
+            Content::Jwks => serde_json::from_str::<serde_json::Value>(text)
+                .is_ok_and(|v| v.get("keys").is_some_and(serde_json::Value::is_array)),
+            Content::Certificates => pem_labels(text)
+                .is_some_and(|l| !l.is_empty() && l.iter().all(|l| *l == "CERTIFICATE")),
+            Content::PrivateKey => pem_labels(text).is_some_and(|l| {
+                l.len() == 1 && l[0].ends_with("PRIVATE KEY") && l[0] != "ENCRYPTED PRIVATE KEY"
+            }),
+        };
+        if !ok {
+            doc.error_str(
+                &s,
+                format!("the content is not {form}; expected an absolute path or {form}"),
+            );
+            return None;
+        }
+        return Some(FileOrContent::Content(Secret::new(s.value)));
+    }
+    if !Path::new(&s.value).is_absolute() || s.value.contains('\0') {
+        doc.error_str(
+            &s,
+            format!(
+                "{} is not an absolute path; expected an absolute path or {form}",
+                s.shown()
+            ),
+        );
+        return None;
+    }
+    Some(FileOrContent::Path(super::fs::rooted(
+        session.opts.root.as_deref(),
+        Path::new(&s.value),
+    )))
+}
+
+/// The labels of the PEM blocks in `text` (`-----BEGIN L-----` ...
+/// `-----END L-----`), or `None` when the framing is broken or there is
+/// text outside the blocks. The base64 inside is not decoded here.
+fn pem_labels(text: &str) -> Option<Vec<&str>> {
+    let mut labels = Vec::new();
+    let mut open: Option<&str> = None;
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(l) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            if open.is_some() {
+                return None;
+            }
+            open = Some(l);
+        } else if let Some(l) = line
+            .strip_prefix("-----END ")
+            .and_then(|l| l.strip_suffix("-----"))
+        {
+            if open != Some(l) {
+                return None;
+            }
+            labels.push(l);
+            open = None;
+        } else if open.is_none() {
+            return None;
+        }
+    }
+    open.is_none().then_some(labels)
 }
 
 #[cfg(test)]

@@ -20,7 +20,6 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub mod bundle;
 pub mod config;
 pub mod errors;
 pub mod fields;
@@ -33,17 +32,15 @@ pub mod tree;
 mod walk;
 pub mod yaml;
 
-pub use bundle::{
-    BundleLocation, BundleSource, S3Credentials, SourceAuth, parse_ed25519_public_key,
-};
 pub use config::{
-    AdminConfig, AuditConfig, AuditSink, AuthConfig, ClientAuth, DeliveryConfig, EsTarget,
-    FileOrContent, KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel,
-    LoggingConfig, MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, SaslMechanism,
-    ServerConfig, TlsConfig, TlsVersion, TokenConfig,
+    AdminConfig, AuditConfig, AuditSink, AuthConfig, BundleLocation, BundleSource, ClientAuth,
+    DeliveryConfig, EsTarget, KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel,
+    LoggingConfig, MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, S3Credentials,
+    SaslMechanism, ServerConfig, SourceAuth, TlsConfig, TlsVersion, TokenConfig,
+    parse_ed25519_public_key,
 };
 pub use errors::{LocatedError, ReadError};
-pub use fields::Secret;
+pub use fields::{FileOrContent, Secret};
 pub use placeholders::EnvSource;
 pub use policy::{
     Catalog, CatalogColumn, CatalogSchema, CatalogTable, Dialect, LoadedPolicy, StatementKind,

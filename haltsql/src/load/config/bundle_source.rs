@@ -6,11 +6,11 @@ use base64::Engine as _;
 use ed25519_dalek::VerifyingKey;
 use ed25519_dalek::pkcs8::DecodePublicKey as _;
 
-use super::Session;
-use super::fields::{Secret, abs_path, bucket, host_of, is_loopback_host, region, url};
-use super::names::is_dns1123_subdomain;
-use super::tree::Node;
-use super::walk::{Doc, Map, Str, index, join};
+use crate::load::Session;
+use crate::load::fields::{Secret, abs_path, bucket, host_of, is_loopback_host, region, url};
+use crate::load::names::is_dns1123_subdomain;
+use crate::load::tree::Node;
+use crate::load::walk::{Doc, Map, Str, index, join};
 
 /// Smallest `poll_interval_seconds`.
 pub const MIN_POLL_SECONDS: i64 = 10;
