@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::load::names::is_dns1123_subdomain;
 use crate::load::{self, LoadOptions, LoadedPolicy, LocatedError, tree, yaml};
+use haltsql_names::is_dns1123_hostname;
 
 /// Largest bundle archive (compressed), fetched or cached: 8 MiB.
 pub const MAX_BUNDLE_BYTES: u64 = 8 * 1024 * 1024;
@@ -391,7 +391,7 @@ fn check_policy_bytes(
     policy.file = shown.clone();
     if let Some(prefix) = prefix {
         let name = format!("{prefix}{}", policy.name);
-        if name.len() > 253 || !is_dns1123_subdomain(&name) {
+        if name.len() > 253 || !is_dns1123_hostname(&name) {
             return Err(format!(
                 "{}: metadata.name: {name} (with name_prefix {prefix}) is not a DNS-1123 subdomain of at most 253 characters",
                 shown.display()

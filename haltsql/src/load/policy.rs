@@ -4,12 +4,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Session;
-use super::names::{IDENTIFIER_RULE, is_dns1123_subdomain, is_identifier};
+use super::names::{IDENTIFIER_RULE, is_identifier};
 use super::tree::Node;
 use super::walk::{Doc, Map, Placeholders, index, join, quote};
+use haltsql_names::is_dns1123_hostname;
 
 /// Top-level keys of a Policy document.
 pub(crate) const POLICY_KEYS: &[&str] = &[
@@ -57,8 +58,8 @@ impl Dialect {
     }
 }
 
-/// A statement kind a policy may allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// A statement kind a policy may allow (what the verify engine checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StatementKind {
     /// `SELECT` (and `VALUES`, `TABLE`-free queries).
@@ -172,11 +173,6 @@ pub struct LoadedPolicy {
 }
 
 impl LoadedPolicy {
-    /// Whether the policy allows this statement kind.
-    pub fn allows_statement(&self, kind: StatementKind) -> bool {
-        self.statements.contains(&kind)
-    }
-
     /// The rule for a table, if listed.
     pub fn table(&self, name: &TableName) -> Option<&TableRule> {
         self.tables.get(name)
@@ -222,7 +218,7 @@ pub(crate) fn parse_policy(
         if let Some(n) = meta.req(doc, "name")
             && let Some(s) = doc.string(n, "metadata.name")
         {
-            if is_dns1123_subdomain(&s.value) {
+            if is_dns1123_hostname(&s.value) {
                 name = Some(s.value);
             } else {
                 doc.error_str(

@@ -8,9 +8,9 @@ use ed25519_dalek::pkcs8::DecodePublicKey as _;
 
 use crate::load::Session;
 use crate::load::fields::{Secret, abs_path, bucket, host_of, is_loopback_host, region, url};
-use crate::load::names::is_dns1123_subdomain;
 use crate::load::tree::Node;
 use crate::load::walk::{Doc, Map, Str, index, join};
+use haltsql_names::is_dns1123_hostname;
 
 /// Smallest `poll_interval_seconds`.
 pub const MIN_POLL_SECONDS: i64 = 10;
@@ -444,7 +444,7 @@ pub(crate) fn parse_bundle_source(
     let before = doc.errors.len();
     let name = m.req(doc, "name").and_then(|n| {
         let s = doc.nonempty(n, &join(path, "name"))?;
-        if is_dns1123_subdomain(&s.value) {
+        if is_dns1123_hostname(&s.value) {
             Some(s)
         } else {
             doc.error_str(
@@ -507,7 +507,7 @@ pub(crate) fn parse_bundle_source(
     let prefix = m.get("name_prefix").and_then(|n| {
         let s = doc.nonempty(n, &join(path, "name_prefix"))?;
         let probe = format!("{}a", s.value);
-        if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_subdomain(&probe) {
+        if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_hostname(&probe) {
             Some(s)
         } else {
             doc.error_str(

@@ -6,10 +6,10 @@ use std::path::Path;
 
 use super::bundle_source::{BundleSource, Prefix, parse_bundle_source};
 use crate::load::Session;
-use crate::load::names::is_dns1123_subdomain;
 use crate::load::policy::LoadedPolicy;
 use crate::load::tree::Node;
 use crate::load::walk::{Doc, Map, Str, index, join};
+use haltsql_names::is_dns1123_hostname;
 
 /// A reference to a policy, checked once every policy entry is known.
 pub(super) struct PolicyRef {
@@ -23,7 +23,7 @@ pub(super) fn policy_ref(
     refs: &mut Vec<PolicyRef>,
 ) -> Option<String> {
     let s = doc.nonempty(node, path)?;
-    if !is_dns1123_subdomain(&s.value) {
+    if !is_dns1123_hostname(&s.value) {
         doc.error_str(
             &s,
             format!(
