@@ -12,6 +12,7 @@
 //! bounded queue and a delivery task per sink ([`delivery`]), so a slow or
 //! absent peer never holds up a verify answer.
 
+mod batch;
 mod delivery;
 mod elasticsearch;
 mod gcs;

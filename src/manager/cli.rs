@@ -206,14 +206,7 @@ pub fn parse_bind_address(value: &str) -> Result<Option<SocketAddr>, String> {
 /// than as a watch that is forbidden or never sees anything.
 pub fn parse_namespace(value: &str) -> Result<String, String> {
     let value = value.trim();
-    let valid = !value.is_empty()
-        && value.len() <= 63
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if valid {
+    if haltsql_names::is_dns1123_label(value) {
         Ok(value.to_owned())
     } else {
         Err(format!(

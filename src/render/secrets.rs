@@ -4,6 +4,7 @@
 
 use std::collections::BTreeSet;
 
+use haltsql_names::is_dns1123_subdomain;
 use serde_json::{Map, Value};
 
 use super::errors::RenderError;
@@ -23,21 +24,6 @@ pub fn secret_file_path(secret: &str, key: &str) -> String {
 /// The haltsql placeholder that reads a mounted Secret key.
 pub fn placeholder(secret: &str, key: &str) -> String {
     format!("${{file:{}}}", secret_file_path(secret, key))
-}
-
-/// A lower-case DNS-1123 subdomain (what Kubernetes accepts as a Secret
-/// name): also guarantees the name is one safe path component.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 253
-        && s.split('.').all(|label| {
-            let b = label.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-                && b[0].is_ascii_alphanumeric()
-                && b[b.len() - 1].is_ascii_alphanumeric()
-        })
 }
 
 /// A valid Secret data key (Kubernetes' rule): letters, digits, `-`, `_`,

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, watch};
 
-use super::sinks::{SendError, Target};
+use super::batch::{Batch, Queued, SendError};
+use super::sinks::Target;
 use crate::load::DeliveryConfig;
 
 /// A batch never holds more than this many bytes of events (one larger
@@ -29,41 +30,6 @@ const BACKOFF_BASE: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// Deadline of one send attempt.
 const SEND_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// One queued event.
-#[derive(Debug, Clone)]
-pub struct Queued {
-    pub seq: u64,
-    pub line: Arc<str>,
-    pub time: SystemTime,
-}
-
-/// A contiguous run of the chain, oldest first.
-#[derive(Debug)]
-pub struct Batch {
-    pub events: Vec<Queued>,
-    pub bytes: usize,
-}
-
-impl Batch {
-    pub fn first_seq(&self) -> u64 {
-        self.events.first().map_or(0, |e| e.seq)
-    }
-
-    pub fn last_seq(&self) -> u64 {
-        self.events.last().map_or(0, |e| e.seq)
-    }
-
-    /// The events as newline-delimited JSON (each line ends with `\n`).
-    pub fn ndjson(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(self.bytes + self.events.len());
-        for e in &self.events {
-            out.extend_from_slice(e.line.as_bytes());
-            out.push(b'\n');
-        }
-        out
-    }
-}
 
 #[derive(Default)]
 struct QueueState {

@@ -15,8 +15,7 @@ use hyper::Method;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 
 use super::AuditError;
-use super::delivery::Batch;
-use super::sinks::SendError;
+use super::batch::{Batch, SendError};
 use crate::audit::rfc3339;
 use crate::bundle::fetch::http::Http;
 use crate::load::{EsTarget, SourceAuth};

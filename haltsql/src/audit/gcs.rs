@@ -19,8 +19,7 @@ use hyper::Method;
 use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use serde::Deserialize;
 
-use super::delivery::Batch;
-use super::sinks::{SendError, object_name};
+use super::batch::{Batch, SendError, object_name};
 use super::{AuditError, read_file_or_content};
 use crate::bundle::fetch::http::{Http, encode};
 use crate::load::FileOrContent;

@@ -15,9 +15,8 @@ use rskafka::client::{Client, ClientBuilder, Credentials, SaslConfig};
 use rskafka::record::Record;
 
 use super::AuditError;
-use super::delivery::Batch;
+use super::batch::{Batch, SendError};
 use super::read_file_or_content;
-use super::sinks::SendError;
 use crate::load::{FileOrContent, KafkaSasl, KafkaTls, SaslMechanism};
 
 /// Deadline of a connect or a produce request. rskafka retries inside it

@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::load::names::is_dns1123_subdomain;
-use crate::load::{self, LoadOptions, LoadedPolicy, LocatedError, yaml};
+use crate::load::{self, LoadOptions, LoadedPolicy, LocatedError, tree, yaml};
+use haltsql_names::is_dns1123_hostname;
 
 /// Largest bundle archive (compressed), fetched or cached: 8 MiB.
 pub const MAX_BUNDLE_BYTES: u64 = 8 * 1024 * 1024;
@@ -313,9 +313,9 @@ fn peek(bytes: &[u8]) -> Peek {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return out; // the loader reports it, located
     };
-    let (root, _) = yaml::parse(text, yaml::Limits::default());
-    if let Some(yaml::Node {
-        value: yaml::Value::Map(entries),
+    let (root, _) = yaml::parse(text, tree::Limits::default());
+    if let Some(tree::Node {
+        value: tree::Value::Map(entries),
         ..
     }) = root
     {
@@ -391,7 +391,7 @@ fn check_policy_bytes(
     policy.file = shown.clone();
     if let Some(prefix) = prefix {
         let name = format!("{prefix}{}", policy.name);
-        if name.len() > 253 || !is_dns1123_subdomain(&name) {
+        if name.len() > 253 || !is_dns1123_hostname(&name) {
             return Err(format!(
                 "{}: metadata.name: {name} (with name_prefix {prefix}) is not a DNS-1123 subdomain of at most 253 characters",
                 shown.display()

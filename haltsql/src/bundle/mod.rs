@@ -20,7 +20,5 @@ pub use sign::{SignatureFile, VerifyError, sign_bytes, verify_bytes};
 pub const BUNDLE_MEDIA_TYPE: &str = "application/vnd.haltsql.bundle.v1.tar+gzip";
 /// Media type of the detached signature.
 pub const SIGNATURE_MEDIA_TYPE: &str = "application/vnd.haltsql.bundle.signature.v1+json";
-/// `artifactType` of a bundle's OCI manifest.
-pub const ARTIFACT_TYPE: &str = "application/vnd.haltsql.bundle.v1";
 /// Suffix of the signature next to an https or s3 bundle.
 pub const SIGNATURE_SUFFIX: &str = ".sig";

@@ -2,7 +2,7 @@
 
 use crate::load::{self, LoadedPolicy};
 
-use super::{Dialect, Rules, StatementKind};
+use super::{Dialect, Rules};
 
 impl From<load::Dialect> for Dialect {
     fn from(d: load::Dialect) -> Self {
@@ -15,24 +15,13 @@ impl From<load::Dialect> for Dialect {
     }
 }
 
-impl From<load::StatementKind> for StatementKind {
-    fn from(k: load::StatementKind) -> Self {
-        match k {
-            load::StatementKind::Select => StatementKind::Select,
-            load::StatementKind::Insert => StatementKind::Insert,
-            load::StatementKind::Update => StatementKind::Update,
-            load::StatementKind::Delete => StatementKind::Delete,
-        }
-    }
-}
-
 impl From<&LoadedPolicy> for Rules {
     fn from(p: &LoadedPolicy) -> Self {
         Rules {
             name: p.name.clone(),
             dialect: p.dialect.into(),
             search_path: p.search_path.clone(),
-            allowed_statements: p.statements.iter().map(|k| (*k).into()).collect(),
+            allowed_statements: p.statements.clone(),
             require_limit_max: p.require_limit,
             tables: p
                 .tables

@@ -27,6 +27,10 @@ use sqlparser::dialect::{
 };
 use sqlparser::parser::{Parser, ParserError};
 
+/// The statement kinds a policy allows: the loader's type (the engine
+/// depends on the loader, not the other way round).
+pub use crate::load::StatementKind;
+
 /// Hard cap on the SQL text the engine looks at, whatever the HTTP limit.
 pub const MAX_SQL_BYTES: usize = 1024 * 1024;
 /// Deepest `(` / `[` nesting accepted by the pre-scan.
@@ -51,37 +55,6 @@ pub enum Dialect {
     Mysql,
     Sqlite,
     Generic,
-}
-
-/// Statement kinds a policy can allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum StatementKind {
-    Select,
-    Insert,
-    Update,
-    Delete,
-}
-
-impl StatementKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StatementKind::Select => "select",
-            StatementKind::Insert => "insert",
-            StatementKind::Update => "update",
-            StatementKind::Delete => "delete",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "select" => Some(Self::Select),
-            "insert" => Some(Self::Insert),
-            "update" => Some(Self::Update),
-            "delete" => Some(Self::Delete),
-            _ => None,
-        }
-    }
 }
 
 /// The engine's input: one policy, as resolved by the loader.

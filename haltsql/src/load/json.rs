@@ -7,7 +7,7 @@
 
 use std::collections::HashSet;
 
-use super::yaml::{Limits, Node, Scalar, Value, YamlError};
+use super::tree::{Limits, Node, Scalar, Value, YamlError};
 
 struct Reader<'a> {
     text: &'a str,
@@ -278,7 +278,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Parses a JSON document. Same contract as [`super::yaml::parse`].
+/// Parses a JSON document. Same contract as the YAML reader's `parse`.
 pub fn parse(text: &str, limits: Limits) -> (Option<Node>, Vec<YamlError>) {
     let mut r = Reader {
         text,

@@ -10,7 +10,7 @@
 //!
 //! Every error is a [`LocatedError`] (file, line, column, key path, message).
 //! Input is untrusted: files are capped at [`MAX_DOCUMENT_BYTES`], the YAML
-//! tree at [`yaml::Limits`] (depth, nodes, alias expansion), and no input
+//! tree at [`tree::Limits`] (depth, nodes, alias expansion), and no input
 //! makes the loader panic (the CLI still catches a panic and reports it as an
 //! internal error, exit 2).
 
@@ -20,27 +20,27 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-pub mod bundle;
 pub mod config;
 pub mod errors;
+pub mod fields;
 pub mod fs;
 pub mod json;
 pub mod names;
 pub mod placeholders;
 pub mod policy;
+pub mod tree;
 mod walk;
 pub mod yaml;
 
-pub use bundle::{
-    BundleLocation, BundleSource, S3Credentials, SourceAuth, parse_ed25519_public_key,
-};
 pub use config::{
-    AdminConfig, AuditConfig, AuditSink, AuthConfig, ClientAuth, DeliveryConfig, EsTarget,
-    FileOrContent, KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel,
-    LoggingConfig, MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, SaslMechanism,
-    Secret, ServerConfig, TlsConfig, TlsVersion, TokenConfig,
+    AdminConfig, AuditConfig, AuditSink, AuthConfig, BundleLocation, BundleSource, ClientAuth,
+    DeliveryConfig, EsTarget, KafkaSasl, KafkaTls, LimitsConfig, LoadedConfig, LogFormat, LogLevel,
+    LoggingConfig, MtlsIdentity, MtlsMatch, OidcPolicy, OidcProvider, ReloadConfig, S3Credentials,
+    SaslMechanism, ServerConfig, SourceAuth, TlsConfig, TlsVersion, TokenConfig,
+    parse_ed25519_public_key,
 };
 pub use errors::{LocatedError, ReadError};
+pub use fields::{FileOrContent, Secret};
 pub use placeholders::EnvSource;
 pub use policy::{
     Catalog, CatalogColumn, CatalogSchema, CatalogTable, Dialect, LoadedPolicy, StatementKind,
@@ -48,8 +48,8 @@ pub use policy::{
 };
 
 use placeholders::Resolver;
+use tree::Node;
 use walk::{Doc, Placeholders, Str};
-use yaml::Node;
 
 /// The only `apiVersion` understood.
 pub const API_VERSION: &str = "haltsql.dev/v1";
@@ -71,7 +71,7 @@ pub struct LoadOptions {
     /// Where `${env:NAME}` is looked up (default: the process environment).
     pub env: EnvSource,
     /// YAML limits (defaults: depth 64, 250 000 nodes, 16 MiB of text).
-    pub limits: yaml::Limits,
+    pub limits: tree::Limits,
     /// Sealed mode, for documents from untrusted authors: only the files
     /// named by the caller are opened, each without following a symbolic
     /// link; placeholders are errors (no file, no variable is read) and so
@@ -450,7 +450,7 @@ impl<'o> Session<'o> {
 
 /// The node of the root's `kind` value.
 fn kind_node(root: &Node) -> Option<&Node> {
-    let yaml::Value::Map(entries) = &root.value else {
+    let tree::Value::Map(entries) = &root.value else {
         return None;
     };
     entries

@@ -1,25 +1,5 @@
-//! Name rules shared by the documents.
-
-/// A lower-case DNS-1123 subdomain of at most 253 characters
-/// (`orders-agent`, `prod.orders`), as Kubernetes object names.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label_any_len)
-}
-
-/// A lower-case DNS-1123 label of at most 63 characters.
-pub fn is_dns1123_label(s: &str) -> bool {
-    s.len() <= 63 && is_dns1123_label_any_len(s)
-}
-
-fn is_dns1123_label_any_len(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
+//! Name rules shared by the documents (the DNS-1123 rules are in the
+//! `haltsql-names` crate, shared with the operator).
 
 /// Longest SQL identifier a policy may name.
 pub const MAX_IDENTIFIER: usize = 128;
@@ -55,20 +35,6 @@ pub fn is_token_name(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dns_names() {
-        assert!(is_dns1123_subdomain("orders-agent"));
-        assert!(is_dns1123_subdomain("prod.orders-agent"));
-        assert!(!is_dns1123_subdomain("Orders"));
-        assert!(!is_dns1123_subdomain("-a"));
-        assert!(!is_dns1123_subdomain("a..b"));
-        assert!(!is_dns1123_subdomain("a."));
-        assert!(!is_dns1123_subdomain(""));
-        assert!(!is_dns1123_subdomain(&"a".repeat(254)));
-        assert!(is_dns1123_label("prod"));
-        assert!(!is_dns1123_label("a.b"));
-    }
 
     #[test]
     fn identifiers() {

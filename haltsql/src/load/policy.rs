@@ -4,12 +4,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Session;
-use super::names::{IDENTIFIER_RULE, is_dns1123_subdomain, is_identifier};
+use super::names::{IDENTIFIER_RULE, is_identifier};
+use super::tree::Node;
 use super::walk::{Doc, Map, Placeholders, index, join, quote};
-use super::yaml::Node;
+use haltsql_names::is_dns1123_hostname;
 
 /// Top-level keys of a Policy document.
 pub(crate) const POLICY_KEYS: &[&str] = &[
@@ -57,8 +58,8 @@ impl Dialect {
     }
 }
 
-/// A statement kind a policy may allow.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+/// A statement kind a policy may allow (what the verify engine checks).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StatementKind {
     /// `SELECT` (and `VALUES`, `TABLE`-free queries).
@@ -172,11 +173,6 @@ pub struct LoadedPolicy {
 }
 
 impl LoadedPolicy {
-    /// Whether the policy allows this statement kind.
-    pub fn allows_statement(&self, kind: StatementKind) -> bool {
-        self.statements.contains(&kind)
-    }
-
     /// The rule for a table, if listed.
     pub fn table(&self, name: &TableName) -> Option<&TableRule> {
         self.tables.get(name)
@@ -186,20 +182,20 @@ impl LoadedPolicy {
 /// Reads the `metadata.name` of a Policy document without checking the rest
 /// (for the document list, even when the policy is invalid).
 pub(crate) fn peek_name(root: &Node) -> Option<String> {
-    let super::yaml::Value::Map(entries) = &root.value else {
+    let super::tree::Value::Map(entries) = &root.value else {
         return None;
     };
     let meta = entries
         .iter()
         .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == "metadata"))?;
-    let super::yaml::Value::Map(meta) = &meta.1.value else {
+    let super::tree::Value::Map(meta) = &meta.1.value else {
         return None;
     };
     let name = meta
         .iter()
         .find(|(k, _)| k.as_scalar().is_some_and(|s| s.text == "name"))?;
     let s = name.1.as_scalar()?;
-    (s.kind() == super::yaml::ScalarKind::Str).then(|| s.text.clone())
+    (s.kind() == super::tree::ScalarKind::Str).then(|| s.text.clone())
 }
 
 /// Checks a Policy document (its root mapping) and builds the policy.
@@ -222,7 +218,7 @@ pub(crate) fn parse_policy(
         if let Some(n) = meta.req(doc, "name")
             && let Some(s) = doc.string(n, "metadata.name")
         {
-            if is_dns1123_subdomain(&s.value) {
+            if is_dns1123_hostname(&s.value) {
                 name = Some(s.value);
             } else {
                 doc.error_str(
@@ -475,7 +471,7 @@ fn parse_tables(
                     let mut seen = BTreeSet::new();
                     let mut list = Vec::new();
                     let items_nodes = match &cols.value {
-                        super::yaml::Value::Seq(n) => n.as_slice(),
+                        super::tree::Value::Seq(n) => n.as_slice(),
                         _ => &[],
                     };
                     for (s, n) in items.into_iter().zip(items_nodes) {

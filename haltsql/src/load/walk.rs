@@ -5,7 +5,7 @@
 
 use super::errors::LocatedError;
 use super::placeholders::{self, Resolver};
-use super::yaml::{Node, ScalarKind, Value};
+use super::tree::{Node, ScalarKind, Value};
 
 /// How string values that are placeholders are treated.
 #[derive(Debug, Clone, Copy)]

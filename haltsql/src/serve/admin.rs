@@ -18,8 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::{Value, json};
 
-use super::app::{self, AppState};
-use super::reload::ReloadStats;
+use super::app::{self, AppState, ReloadStats};
 use crate::load::{
     AuditSink, BundleLocation, ClientAuth, FileOrContent, LoadedConfig, MtlsMatch, OidcPolicy,
     TlsVersion,

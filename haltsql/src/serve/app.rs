@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
 use axum::extract::State;
@@ -14,17 +15,32 @@ use axum::{Extension, Router};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Deserialize;
 
-use super::auth::Authenticator;
+use super::auth::{AuthSlot, Authenticator};
 use super::bundles::Bundles;
 use super::identity::PeerIdentity;
-use super::reload::ReloadStats;
 use crate::audit::AuditLog;
 use crate::engine::pool::VerifyPool;
 use crate::load::LoadedConfig;
 
-/// The policy set in use: `None` until every bundle source has a bundle;
-/// swapped whole when a new bundle is accepted.
-pub type AuthSlot = Arc<RwLock<Option<Arc<Authenticator>>>>;
+/// What the admin listener and `/metrics` show about reloads.
+#[derive(Debug, Default, Clone)]
+pub struct ReloadStats {
+    pub successes: u64,
+    pub failures: u64,
+    pub last_success: Option<SystemTime>,
+    pub last_failure: Option<SystemTime>,
+    /// The located errors of the last failure (cleared by a success).
+    pub last_errors: Vec<String>,
+    /// Settings changed by reloads that need a restart to apply.
+    pub restart_required: Vec<String>,
+}
+
+impl ReloadStats {
+    pub fn unix(t: Option<SystemTime>) -> Option<u64> {
+        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map(|d| d.as_secs())
+    }
+}
 
 pub struct AppState {
     pub auth: AuthSlot,

@@ -14,7 +14,7 @@
 //! neither which token matched nor how much of a hash did.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::http::HeaderMap;
 use axum::http::header::AUTHORIZATION;
@@ -25,6 +25,10 @@ use super::identity::PeerIdentity;
 use super::oidc::{self, KeySource, jwt};
 use crate::engine::Policy;
 use crate::load::MtlsMatch;
+
+/// The policy set in use: `None` until every bundle source has a bundle;
+/// swapped whole when a new bundle is accepted.
+pub type AuthSlot = Arc<RwLock<Option<Arc<Authenticator>>>>;
 
 /// Largest Authorization header value accepted.
 const MAX_AUTH_HEADER: usize = 8 * 1024;

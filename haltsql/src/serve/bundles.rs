@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::watch;
 
-use super::app::AuthSlot;
+use super::auth::AuthSlot;
 use crate::bundle::fetch::{FetchError, Fetched, Fetcher};
 use crate::bundle::{self, Bundle, cache};
 use crate::load::{BundleSource, LoadedConfig, LoadedPolicy};

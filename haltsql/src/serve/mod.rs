@@ -166,7 +166,7 @@ pub fn build_state(config: &LoadedConfig) -> Result<AppState, ServeError> {
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(2);
-    let auth: app::AuthSlot = Arc::default();
+    let auth: auth::AuthSlot = Arc::default();
     let config = Arc::new(config.clone());
     let oidc_sources = Arc::new(oidc::Sources::default());
     // Every jwks_file is read now, so a bad one stops the start.

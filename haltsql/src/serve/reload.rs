@@ -24,7 +24,7 @@ use std::io::Read as _;
 use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
@@ -37,26 +37,6 @@ pub const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
 /// Largest file hashed (the loader refuses larger documents anyway).
 const MAX_HASHED: u64 = 64 * 1024 * 1024;
-
-/// What the admin listener and `/metrics` show about reloads.
-#[derive(Debug, Default, Clone)]
-pub struct ReloadStats {
-    pub successes: u64,
-    pub failures: u64,
-    pub last_success: Option<SystemTime>,
-    pub last_failure: Option<SystemTime>,
-    /// The located errors of the last failure (cleared by a success).
-    pub last_errors: Vec<String>,
-    /// Settings changed by reloads that need a restart to apply.
-    pub restart_required: Vec<String>,
-}
-
-impl ReloadStats {
-    pub fn unix(t: Option<SystemTime>) -> Option<u64> {
-        t.and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-            .map(|d| d.as_secs())
-    }
-}
 
 /// A hash of the names and contents of `files` (a missing file counts as
 /// such, so its disappearance and return are changes too).

@@ -17,6 +17,7 @@ use super::https::auth_header;
 use super::{BUNDLE_LIMIT, Download, FetchError, Fetched, SIGNATURE_LIMIT, SMALL_LIMIT};
 use crate::bundle::{BUNDLE_MEDIA_TYPE, SIGNATURE_MEDIA_TYPE};
 use crate::load::SourceAuth;
+use crate::load::fields::{host_of, is_loopback_host};
 
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -60,25 +61,6 @@ impl Reference {
     pub fn host(&self) -> &str {
         host_of(&self.registry)
     }
-}
-
-/// The host of `host[:port]` or `[v6]:port`, without brackets.
-pub fn host_of(registry: &str) -> &str {
-    if let Some(rest) = registry.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or("");
-    }
-    registry.split(':').next().unwrap_or("")
-}
-
-/// Whether a host names the loopback interface: `localhost`, 127.0.0.0/8
-/// or `::1`. Names other than `localhost` are not resolved: a DNS answer is
-/// not proof of being local.
-pub fn is_loopback_host(host: &str) -> bool {
-    if host.eq_ignore_ascii_case("localhost") {
-        return true;
-    }
-    host.parse::<std::net::IpAddr>()
-        .is_ok_and(|ip| ip.is_loopback())
 }
 
 #[derive(Deserialize)]
@@ -389,22 +371,6 @@ mod tests {
         assert_eq!(r.digest.as_deref(), Some(d.as_str()));
         assert_eq!(r.host(), "::1");
         assert!(Reference::parse("p:prod").is_err());
-    }
-
-    #[test]
-    fn loopback() {
-        for h in ["localhost", "127.0.0.1", "127.3.2.1", "::1", "LOCALHOST"] {
-            assert!(is_loopback_host(h), "{h}");
-        }
-        for h in [
-            "10.0.0.1",
-            "registry.local",
-            "localhost.example",
-            "0.0.0.0",
-            "::",
-        ] {
-            assert!(!is_loopback_host(h), "{h}");
-        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use serde::Deserialize;
 use thiserror::Error;
 
-use super::jwt::Alg;
+use super::alg::Alg;
 
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum JwksError {

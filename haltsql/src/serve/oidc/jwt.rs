@@ -11,6 +11,7 @@ use ring::signature::{self, RsaPublicKeyComponents, UnparsedPublicKey};
 use serde::Deserialize;
 use thiserror::Error;
 
+use super::alg::Alg;
 use super::jwks::{Jwk, KeyMaterial};
 
 /// Largest token accepted (the Authorization header is capped below this).
@@ -32,51 +33,6 @@ pub enum JwtError {
     Critical,
     #[error("bad signature")]
     Signature,
-}
-
-/// The signature algorithms accepted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Alg {
-    Rs256,
-    Rs384,
-    Rs512,
-    Ps256,
-    Ps384,
-    Ps512,
-    Es256,
-    Es384,
-    EdDsa,
-}
-
-impl Alg {
-    fn parse(s: &str) -> Result<Alg, JwtError> {
-        Ok(match s {
-            "RS256" => Alg::Rs256,
-            "RS384" => Alg::Rs384,
-            "RS512" => Alg::Rs512,
-            "PS256" => Alg::Ps256,
-            "PS384" => Alg::Ps384,
-            "PS512" => Alg::Ps512,
-            "ES256" => Alg::Es256,
-            "ES384" => Alg::Es384,
-            "EdDSA" => Alg::EdDsa,
-            other => return Err(JwtError::Algorithm(other.chars().take(32).collect())),
-        })
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Alg::Rs256 => "RS256",
-            Alg::Rs384 => "RS384",
-            Alg::Rs512 => "RS512",
-            Alg::Ps256 => "PS256",
-            Alg::Ps384 => "PS384",
-            Alg::Ps512 => "PS512",
-            Alg::Es256 => "ES256",
-            Alg::Es384 => "ES384",
-            Alg::EdDsa => "EdDSA",
-        }
-    }
 }
 
 #[derive(Deserialize)]
@@ -124,7 +80,8 @@ pub fn parse(token: &str) -> Result<Unverified, JwtError> {
     let signature = B64URL.decode(s).map_err(|_| JwtError::Format)?;
     let header: RawHeader =
         serde_json::from_slice(&header).map_err(|e| JwtError::Header(e.to_string()))?;
-    let alg = Alg::parse(&header.alg)?;
+    let alg = Alg::parse(&header.alg)
+        .ok_or_else(|| JwtError::Algorithm(header.alg.chars().take(32).collect()))?;
     if header.crit.is_some() {
         return Err(JwtError::Critical);
     }

@@ -10,6 +10,7 @@
 //! picked up. Cached issuer keys are also refreshed in the background once
 //! older than [`MAX_AGE`]; a failed refresh keeps the previous keys.
 
+pub mod alg;
 pub mod jwks;
 pub mod jwt;
 

@@ -6,11 +6,11 @@ use base64::Engine as _;
 use ed25519_dalek::VerifyingKey;
 use ed25519_dalek::pkcs8::DecodePublicKey as _;
 
-use super::Session;
-use super::config::{Secret, abs_path, bucket, region, url};
-use super::names::is_dns1123_subdomain;
-use super::walk::{Doc, Map, Str, index, join};
-use super::yaml::Node;
+use crate::load::Session;
+use crate::load::fields::{Secret, abs_path, bucket, host_of, is_loopback_host, region, url};
+use crate::load::tree::Node;
+use crate::load::walk::{Doc, Map, Str, index, join};
+use haltsql_names::is_dns1123_hostname;
 
 /// Smallest `poll_interval_seconds`.
 pub const MIN_POLL_SECONDS: i64 = 10;
@@ -115,48 +115,6 @@ pub struct BundleSource {
     pub poll_interval_seconds: u64,
     /// `cache_dir`: where the last good bundle is kept.
     pub cache_dir: Option<PathBuf>,
-}
-
-/// Checks a URL: `scheme://host[:port][/...]`, one of `schemes`, no
-/// credentials in it, no whitespace or control characters.
-pub(crate) fn check_url(s: &str, schemes: &[&str]) -> Result<(), String> {
-    let expected = schemes
-        .iter()
-        .map(|s| format!("{s}://"))
-        .collect::<Vec<_>>()
-        .join(" or ");
-    let Some((scheme, rest)) = s.split_once("://") else {
-        return Err(format!("expected a {expected} URL"));
-    };
-    if !schemes.contains(&scheme) {
-        return Err(format!("expected a {expected} URL"));
-    }
-    if s.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err("URLs must not contain whitespace".to_string());
-    }
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if authority.contains('@') {
-        return Err("credentials in the URL are not allowed; use auth".to_string());
-    }
-    let host = if authority.starts_with('[') {
-        authority
-            .split_once(']')
-            .map_or("", |(h, _)| h.trim_start_matches('['))
-    } else {
-        authority.split(':').next().unwrap_or("")
-    };
-    if host.is_empty() {
-        return Err("the URL has no host".to_string());
-    }
-    if let Some(port) = authority
-        .strip_prefix(&format!("[{host}]"))
-        .or_else(|| authority.strip_prefix(host))
-        && let Some(port) = port.strip_prefix(':')
-        && port.parse::<u16>().map_or(true, |p| p == 0)
-    {
-        return Err("invalid port".to_string());
-    }
-    Ok(())
 }
 
 /// Checks an OCI reference `registry[:port]/repository[:tag][@sha256:hex]`.
@@ -486,7 +444,7 @@ pub(crate) fn parse_bundle_source(
     let before = doc.errors.len();
     let name = m.req(doc, "name").and_then(|n| {
         let s = doc.nonempty(n, &join(path, "name"))?;
-        if is_dns1123_subdomain(&s.value) {
+        if is_dns1123_hostname(&s.value) {
             Some(s)
         } else {
             doc.error_str(
@@ -549,7 +507,7 @@ pub(crate) fn parse_bundle_source(
     let prefix = m.get("name_prefix").and_then(|n| {
         let s = doc.nonempty(n, &join(path, "name_prefix"))?;
         let probe = format!("{}a", s.value);
-        if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_subdomain(&probe) {
+        if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_hostname(&probe) {
             Some(s)
         } else {
             doc.error_str(
@@ -654,8 +612,8 @@ fn parse_location(
                 && let Some(n) = m.get("plain_http")
             {
                 let registry = r.split('/').next().unwrap_or("");
-                let host = crate::bundle::fetch::oci::host_of(registry);
-                if !crate::bundle::fetch::oci::is_loopback_host(host) {
+                let host = host_of(registry);
+                if !is_loopback_host(host) {
                     doc.error(
                         n,
                         &join(path, "plain_http"),
@@ -722,18 +680,6 @@ fn parse_location(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn urls() {
-        assert!(check_url("https://example.com/x", &["https"]).is_ok());
-        assert!(check_url("https://example.com:8443", &["https"]).is_ok());
-        assert!(check_url("https://[::1]:8443/a", &["https"]).is_ok());
-        assert!(check_url("http://example.com", &["https"]).is_err());
-        assert!(check_url("https://u:p@example.com", &["https"]).is_err());
-        assert!(check_url("https://", &["https"]).is_err());
-        assert!(check_url("https://a:0", &["https"]).is_err());
-        assert!(check_url("https://a b", &["https"]).is_err());
-    }
 
     #[test]
     fn oci_refs() {
