@@ -1291,6 +1291,44 @@ impl<'p> Walker<'p> {
         }
     }
 
+    /// `table AS a (c1, ...)`: the alias qualifies the table's columns; the
+    /// column list renames them by position.
+    fn alias_table(&mut self, src: &mut Source, a: &TableAlias) {
+        src.qual = Qual::Alias(fold(&a.name));
+        if !a.columns.is_empty() {
+            match &src.cols {
+                Cols::Listed(_) | Cols::All => {
+                    // Positional renames hide which column is read.
+                    self.push(
+                        Violation::new(
+                            Code::ColumnNotAllowed,
+                            format!(
+                                "column aliases on table {} cannot be bound with certainty: they rename columns by position, and the engine does not know the table's column order",
+                                src.label
+                            ),
+                        )
+                        .table(src.label.clone()),
+                    );
+                    src.cols = Cols::Open;
+                }
+                Cols::Known(v) => {
+                    src.cols = self.rename(Shape::Known(v.clone()), a).into_cols();
+                }
+                Cols::Catalog(v) => {
+                    // Renames apply to the columns in table order.
+                    let mut v = v.as_ref().clone();
+                    for (i, c) in a.columns.iter().enumerate() {
+                        if let Some(slot) = v.get_mut(i) {
+                            slot.0 = fold(&c.name);
+                        }
+                    }
+                    src.cols = Cols::Catalog(Arc::new(v));
+                }
+                Cols::Open => {}
+            }
+        }
+    }
+
     fn table_factor(&mut self, tf: &TableFactor) {
         if !self.enter() {
             self.leave();
@@ -1333,39 +1371,7 @@ impl<'p> Walker<'p> {
                 } else {
                     let mut src = self.relation(name);
                     if let Some(a) = alias {
-                        src.qual = Qual::Alias(fold(&a.name));
-                        if !a.columns.is_empty() {
-                            match &src.cols {
-                                Cols::Listed(_) | Cols::All => {
-                                    // Positional renames hide which column is read.
-                                    self.push(
-                                        Violation::new(
-                                            Code::ColumnNotAllowed,
-                                            format!(
-                                                "column aliases on table {} cannot be bound with certainty: they rename columns by position, and the engine does not know the table's column order",
-                                                src.label
-                                            ),
-                                        )
-                                        .table(src.label.clone()),
-                                    );
-                                    src.cols = Cols::Open;
-                                }
-                                Cols::Known(v) => {
-                                    src.cols = self.rename(Shape::Known(v.clone()), a).into_cols();
-                                }
-                                Cols::Catalog(v) => {
-                                    // Renames apply to the columns in table order.
-                                    let mut v = v.as_ref().clone();
-                                    for (i, c) in a.columns.iter().enumerate() {
-                                        if let Some(slot) = v.get_mut(i) {
-                                            slot.0 = fold(&c.name);
-                                        }
-                                    }
-                                    src.cols = Cols::Catalog(Arc::new(v));
-                                }
-                                Cols::Open => {}
-                            }
-                        }
+                        self.alias_table(&mut src, a);
                     }
                     self.add_source(src);
                 }
