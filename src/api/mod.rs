@@ -16,9 +16,19 @@ pub use policy::*;
 pub use server::*;
 pub use spec_error::SpecError;
 
-/// The API group of both resources.
-pub const GROUP: &str = "haltsql.dev";
-/// The served and stored version.
-pub const VERSION: &str = "v1alpha1";
-/// `apiVersion` of both resources.
+/// `apiVersion` of both resources (the `#[kube(group, version)]` of each
+/// must be literals; a test checks that they agree with this).
 pub const API_VERSION: &str = "haltsql.dev/v1alpha1";
+
+#[cfg(test)]
+mod tests {
+    use kube::Resource;
+
+    use super::*;
+
+    #[test]
+    fn both_resources_have_the_api_version() {
+        assert_eq!(HaltSQLPolicy::api_version(&()), API_VERSION);
+        assert_eq!(HaltSQLServer::api_version(&()), API_VERSION);
+    }
+}

@@ -108,7 +108,7 @@ pub struct HaltSQLServerSpec {
 
     /// The HaltSQLPolicy objects (by object name, in the same namespace) that
     /// the server loads: 1 to 256, no duplicates.
-    #[schemars(length(min = 1, max = 256))]
+    #[schemars(length(min = 1, max = MAX_POLICIES))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub policies: Vec<PolicyReference>,
 

@@ -438,6 +438,21 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
         });
     }
     let digest = hex::encode(Sha256::digest(bytes));
+    let mut files = unpack(bytes)?;
+    let manifest = read_manifest(&mut files)?;
+    check_listed(&manifest, &files)?;
+    let catalog_root = write_catalogs(&manifest, &files)?;
+    let policies = load_policies(&manifest, &files, catalog_root.as_ref(), prefix, label)?;
+    Ok(Bundle {
+        digest,
+        revision: manifest.revision,
+        policies,
+    })
+}
+
+/// The archive's regular files by normalized path, within the entry, size
+/// and path limits.
+fn unpack(bytes: &[u8]) -> Result<BTreeMap<String, Vec<u8>>, BundleError> {
     // The unpacked cap covers tar headers and padding too, so the file
     // contents stay below it.
     let reader = Capped {
@@ -488,6 +503,11 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
             return Err(bad("the path appears twice".to_string()));
         }
     }
+    Ok(files)
+}
+
+/// Takes `manifest.json` out of `files` and checks its header.
+fn read_manifest(files: &mut BTreeMap<String, Vec<u8>>) -> Result<Manifest, BundleError> {
     let manifest_bytes = files
         .remove(MANIFEST)
         .ok_or_else(|| BundleError::Manifest("missing at the archive root".to_string()))?;
@@ -505,6 +525,12 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
     if manifest.policies.is_empty() {
         return Err(BundleError::Manifest("policies is empty".to_string()));
     }
+    Ok(manifest)
+}
+
+/// Every listed file is in the archive once with its digest, and nothing
+/// else is.
+fn check_listed(manifest: &Manifest, files: &BTreeMap<String, Vec<u8>>) -> Result<(), BundleError> {
     let mut listed = BTreeSet::new();
     let lists = [
         ("policies", &manifest.policies),
@@ -536,33 +562,50 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
             reason: format!("not listed in {MANIFEST}"),
         });
     }
-    // Catalog files are read by the loader from a private folder that holds
-    // nothing else; policies are loaded from memory.
-    let catalog_root = if manifest.catalogs.is_empty() {
-        None
-    } else {
-        let d = tempfile::Builder::new()
-            .prefix("haltsql-bundle-")
-            .tempdir()
-            .map_err(|e| BundleError::Io {
-                path: std::env::temp_dir(),
-                source: e,
-            })?;
-        for c in &manifest.catalogs {
-            let p = d.path().join(&c.path);
-            let io = |source| BundleError::Io {
-                path: p.clone(),
-                source,
-            };
-            if let Some(parent) = p.parent() {
-                std::fs::create_dir_all(parent).map_err(io)?;
-            }
-            std::fs::write(&p, &files[&c.path]).map_err(io)?;
+    Ok(())
+}
+
+/// Catalog files are read by the loader from a private folder that holds
+/// nothing else (policies are loaded from memory); `None` without catalogs.
+fn write_catalogs(
+    manifest: &Manifest,
+    files: &BTreeMap<String, Vec<u8>>,
+) -> Result<Option<tempfile::TempDir>, BundleError> {
+    if manifest.catalogs.is_empty() {
+        return Ok(None);
+    }
+    let d = tempfile::Builder::new()
+        .prefix("haltsql-bundle-")
+        .tempdir()
+        .map_err(|e| BundleError::Io {
+            path: std::env::temp_dir(),
+            source: e,
+        })?;
+    for c in &manifest.catalogs {
+        let p = d.path().join(&c.path);
+        let io = |source| BundleError::Io {
+            path: p.clone(),
+            source,
+        };
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
         }
-        Some(d)
-    };
+        std::fs::write(&p, &files[&c.path]).map_err(io)?;
+    }
+    Ok(Some(d))
+}
+
+/// Checks and loads every policy; names prefixed and unique, catalogs only
+/// from this bundle. `label` names the bundle in errors.
+fn load_policies(
+    manifest: &Manifest,
+    files: &BTreeMap<String, Vec<u8>>,
+    catalog_root: Option<&tempfile::TempDir>,
+    prefix: Option<&str>,
+    label: &str,
+) -> Result<Vec<LoadedPolicy>, BundleError> {
     let catalog_paths: BTreeSet<&str> = manifest.catalogs.iter().map(|c| c.path.as_str()).collect();
-    let at_dir = catalog_root.as_ref().map_or_else(
+    let at_dir = catalog_root.map_or_else(
         || PathBuf::from("/nonexistent/haltsql-bundle"),
         |d| d.path().to_path_buf(),
     );
@@ -598,11 +641,7 @@ pub fn open(bytes: &[u8], prefix: Option<&str>, label: &str) -> Result<Bundle, B
     if !errors.is_empty() {
         return Err(BundleError::Policy(errors.join("\n")));
     }
-    Ok(Bundle {
-        digest,
-        revision: manifest.revision,
-        policies,
-    })
+    Ok(policies)
 }
 
 fn archive_error(e: std::io::Error) -> BundleError {

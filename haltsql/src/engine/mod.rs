@@ -309,15 +309,29 @@ pub(crate) fn verify_guarded(policy: &Policy, sql: &str) -> Decision {
 
 fn verify_here(policy: &Policy, sql: &str) -> Decision {
     let name = policy.name.as_str();
+    let checked = prescan(sql).and_then(|scan| {
+        let sql = decode_unicode_idents(sql, &scan)?;
+        let statement = parse_one(policy.dialect, &sql)?;
+        Ok((scan, statement))
+    });
+    match checked {
+        Ok((scan, statement)) => {
+            let (kind, violations) =
+                walk::check_statement(policy, &statement, scan.first_word.as_deref());
+            Decision::from_violations(name, Some(kind), violations)
+        }
+        Err(v) => Decision::deny(name, None, v),
+    }
+}
+
+/// The length cap and the lexer's pre-scan (nesting, token count), and
+/// exactly one statement.
+fn prescan(sql: &str) -> Result<lexer::Scan, Violation> {
     if sql.len() > MAX_SQL_BYTES {
-        return Decision::deny(
-            name,
-            None,
-            Violation::new(
-                Code::TooComplex,
-                format!("SQL text longer than {MAX_SQL_BYTES} bytes"),
-            ),
-        );
+        return Err(Violation::new(
+            Code::TooComplex,
+            format!("SQL text longer than {MAX_SQL_BYTES} bytes"),
+        ));
     }
     let scan = match lexer::scan(
         sql,
@@ -328,54 +342,40 @@ fn verify_here(policy: &Policy, sql: &str) -> Decision {
     ) {
         Ok(s) => s,
         Err(e @ (lexer::ScanError::TooDeep(_) | lexer::ScanError::TooManyTokens(_))) => {
-            return Decision::deny(name, None, Violation::new(Code::TooComplex, e.to_string()));
+            return Err(Violation::new(Code::TooComplex, e.to_string()));
         }
-        Err(e) => {
-            return Decision::deny(name, None, Violation::new(Code::ParseError, e.to_string()));
-        }
+        Err(e) => return Err(Violation::new(Code::ParseError, e.to_string())),
     };
-    if scan.statements == 0 {
-        return Decision::deny(
-            name,
-            None,
-            Violation::new(Code::ParseError, "no SQL statement"),
-        );
+    match scan.statements {
+        0 => Err(Violation::new(Code::ParseError, "no SQL statement")),
+        1 => Ok(scan),
+        n => Err(Violation::new(
+            Code::MultipleStatements,
+            format!("{n} statements; exactly one is allowed"),
+        )),
     }
-    if scan.statements > 1 {
-        return Decision::deny(
-            name,
-            None,
-            Violation::new(
-                Code::MultipleStatements,
-                format!("{} statements; exactly one is allowed", scan.statements),
-            ),
-        );
-    }
+}
 
-    // `U&"..."` identifiers, which sqlparser reads as `U & "..."`.
-    let decoded;
-    let sql: &str = if scan.unicode_idents.is_empty() {
-        sql
-    } else {
-        match lexer::decode_unicode_idents(sql, &scan) {
-            Ok(s) => {
-                decoded = s;
-                &decoded
-            }
-            Err(e @ lexer::UnicodeIdentError::Uescape) => {
-                return Decision::deny(
-                    name,
-                    None,
-                    Violation::new(Code::SyntaxNotAllowed, e.to_string()),
-                );
-            }
-            Err(e) => {
-                return Decision::deny(name, None, Violation::new(Code::ParseError, e.to_string()));
-            }
+/// `U&"..."` identifiers, which sqlparser reads as `U & "..."`, decoded.
+fn decode_unicode_idents<'s>(
+    sql: &'s str,
+    scan: &lexer::Scan,
+) -> Result<std::borrow::Cow<'s, str>, Violation> {
+    if scan.unicode_idents.is_empty() {
+        return Ok(std::borrow::Cow::Borrowed(sql));
+    }
+    match lexer::decode_unicode_idents(sql, scan) {
+        Ok(s) => Ok(std::borrow::Cow::Owned(s)),
+        Err(e @ lexer::UnicodeIdentError::Uescape) => {
+            Err(Violation::new(Code::SyntaxNotAllowed, e.to_string()))
         }
-    };
+        Err(e) => Err(Violation::new(Code::ParseError, e.to_string())),
+    }
+}
 
-    let dialect: Box<dyn SqlDialect> = match policy.dialect {
+/// Parses exactly one statement with the policy's dialect.
+fn parse_one(dialect: Dialect, sql: &str) -> Result<sqlparser::ast::Statement, Violation> {
+    let dialect: Box<dyn SqlDialect> = match dialect {
         Dialect::Postgres => Box::new(PostgreSqlDialect {}),
         Dialect::Mysql => Box::new(MySqlDialect {}),
         Dialect::Sqlite => Box::new(SQLiteDialect {}),
@@ -388,58 +388,33 @@ fn verify_here(policy: &Policy, sql: &str) -> Decision {
             .and_then(|mut p| p.parse_statements())
     };
     let too_deep = || {
-        Decision::deny(
-            name,
-            None,
-            Violation::new(
-                Code::TooComplex,
-                "nesting exceeds the parser's recursion limit",
-            ),
+        Violation::new(
+            Code::TooComplex,
+            "nesting exceeds the parser's recursion limit",
         )
     };
-    let statements = match parse(PARSER_RECURSION_LIMIT) {
+    let mut statements = match parse(PARSER_RECURSION_LIMIT) {
         Ok(s) => s,
-        Err(ParserError::RecursionLimitExceeded) => return too_deep(),
+        Err(ParserError::RecursionLimitExceeded) => return Err(too_deep()),
         Err(e) => {
             // sqlparser sometimes backtracks over a recursion-limit error and
             // reports a syntax error instead. If a deeper parse (sqlparser
             // grows its stack on the heap) gets further, the input was too
             // deep rather than wrong.
-            match parse(PARSER_RECURSION_LIMIT * 8) {
-                Err(e2) if e2 == e => {
-                    return Decision::deny(
-                        name,
-                        None,
-                        Violation::new(Code::ParseError, e.to_string()),
-                    );
-                }
-                _ => return too_deep(),
-            }
+            return match parse(PARSER_RECURSION_LIMIT * 8) {
+                Err(e2) if e2 == e => Err(Violation::new(Code::ParseError, e.to_string())),
+                _ => Err(too_deep()),
+            };
         }
     };
     match statements.len() {
-        1 => {}
-        0 => {
-            return Decision::deny(
-                name,
-                None,
-                Violation::new(Code::ParseError, "no SQL statement"),
-            );
-        }
-        n => {
-            return Decision::deny(
-                name,
-                None,
-                Violation::new(
-                    Code::MultipleStatements,
-                    format!("{n} statements; exactly one is allowed"),
-                ),
-            );
-        }
+        1 => Ok(statements.remove(0)),
+        0 => Err(Violation::new(Code::ParseError, "no SQL statement")),
+        n => Err(Violation::new(
+            Code::MultipleStatements,
+            format!("{n} statements; exactly one is allowed"),
+        )),
     }
-    let (statement, violations) =
-        walk::check_statement(policy, &statements[0], scan.first_word.as_deref());
-    Decision::from_violations(name, Some(statement), violations)
 }
 
 #[cfg(test)]

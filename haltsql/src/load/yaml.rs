@@ -196,58 +196,9 @@ impl Builder {
                     ));
                 }
             }
-            Event::Alias(id) => {
-                let Some((_, n, b, h)) = self.anchors.get(&id) else {
-                    return Err(err(
-                        line,
-                        column,
-                        "alias refers to an anchor whose node is not complete (recursive alias)",
-                    ));
-                };
-                let (n, b, h) = (*n, *b, *h);
-                if self.stack.len() + h > self.limits.max_depth {
-                    return Err(err(
-                        line,
-                        column,
-                        format!(
-                            "nesting deeper than {} levels (through an alias)",
-                            self.limits.max_depth
-                        ),
-                    ));
-                }
-                self.charge(n, b, line, column)?;
-                let Some(mut copy) = self.anchors.get(&id).map(|a| a.0.clone()) else {
-                    return Err(err(line, column, "alias refers to an unknown anchor"));
-                };
-                copy.line = line;
-                copy.column = column;
-                self.complete(copy)?;
-            }
+            Event::Alias(id) => self.alias(id, line, column)?,
             Event::Scalar(text, style, anchor, tag) => {
-                let mut plain = matches!(style, ScalarStyle::Plain);
-                if let Some(t) = &tag {
-                    let non_specific = t.handle == "!" && t.suffix.is_empty();
-                    if tag_is(&tag, "str") || non_specific {
-                        plain = false;
-                    } else {
-                        self.errors.push(err(
-                            line,
-                            column,
-                            format!("unsupported tag {} (only !!str is understood)", tag_text(t)),
-                        ));
-                    }
-                }
-                self.charge(1, text.len(), line, column)?;
-                let node = Node {
-                    line,
-                    column,
-                    value: Value::Scalar(Scalar {
-                        text: text.into_owned(),
-                        plain,
-                    }),
-                };
-                self.register(anchor, &node)?;
-                self.complete(node)?;
+                self.scalar(text, style, anchor, tag, line, column)?;
             }
             Event::SequenceStart(anchor, tag) => {
                 if let Some(t) = &tag
@@ -288,41 +239,112 @@ impl Builder {
                     skip_value: false,
                 });
             }
-            Event::SequenceEnd | Event::MappingEnd => {
-                let (node, anchor) = match self.stack.pop() {
-                    Some(Frame::Seq {
-                        line,
-                        column,
-                        anchor,
-                        items,
-                    }) => (
-                        Node {
-                            line,
-                            column,
-                            value: Value::Seq(items),
-                        },
-                        anchor,
-                    ),
-                    Some(Frame::Map {
-                        line,
-                        column,
-                        anchor,
-                        entries,
-                        ..
-                    }) => (
-                        Node {
-                            line,
-                            column,
-                            value: Value::Map(entries),
-                        },
-                        anchor,
-                    ),
-                    None => return Err(err(line, column, "unbalanced collection end")),
-                };
-                self.register(anchor, &node)?;
-                self.complete(node)?;
+            Event::SequenceEnd | Event::MappingEnd => self.close(line, column)?,
+        }
+        Ok(())
+    }
+
+    /// `*id`: a copy of the anchored node, charged with its full size.
+    fn alias(&mut self, id: usize, line: usize, column: usize) -> Result<(), YamlError> {
+        let Some((_, n, b, h)) = self.anchors.get(&id) else {
+            return Err(err(
+                line,
+                column,
+                "alias refers to an anchor whose node is not complete (recursive alias)",
+            ));
+        };
+        let (n, b, h) = (*n, *b, *h);
+        if self.stack.len() + h > self.limits.max_depth {
+            return Err(err(
+                line,
+                column,
+                format!(
+                    "nesting deeper than {} levels (through an alias)",
+                    self.limits.max_depth
+                ),
+            ));
+        }
+        self.charge(n, b, line, column)?;
+        let Some(mut copy) = self.anchors.get(&id).map(|a| a.0.clone()) else {
+            return Err(err(line, column, "alias refers to an unknown anchor"));
+        };
+        copy.line = line;
+        copy.column = column;
+        self.complete(copy)?;
+        Ok(())
+    }
+
+    /// A scalar; only `!!str` (or `!`) is understood as a tag.
+    fn scalar(
+        &mut self,
+        text: Cow<'_, str>,
+        style: ScalarStyle,
+        anchor: usize,
+        tag: Option<Cow<'_, Tag>>,
+        line: usize,
+        column: usize,
+    ) -> Result<(), YamlError> {
+        let mut plain = matches!(style, ScalarStyle::Plain);
+        if let Some(t) = &tag {
+            let non_specific = t.handle == "!" && t.suffix.is_empty();
+            if tag_is(&tag, "str") || non_specific {
+                plain = false;
+            } else {
+                self.errors.push(err(
+                    line,
+                    column,
+                    format!("unsupported tag {} (only !!str is understood)", tag_text(t)),
+                ));
             }
         }
+        self.charge(1, text.len(), line, column)?;
+        let node = Node {
+            line,
+            column,
+            value: Value::Scalar(Scalar {
+                text: text.into_owned(),
+                plain,
+            }),
+        };
+        self.register(anchor, &node)?;
+        self.complete(node)?;
+        Ok(())
+    }
+
+    /// The end of the innermost sequence or mapping.
+    fn close(&mut self, line: usize, column: usize) -> Result<(), YamlError> {
+        let (node, anchor) = match self.stack.pop() {
+            Some(Frame::Seq {
+                line,
+                column,
+                anchor,
+                items,
+            }) => (
+                Node {
+                    line,
+                    column,
+                    value: Value::Seq(items),
+                },
+                anchor,
+            ),
+            Some(Frame::Map {
+                line,
+                column,
+                anchor,
+                entries,
+                ..
+            }) => (
+                Node {
+                    line,
+                    column,
+                    value: Value::Map(entries),
+                },
+                anchor,
+            ),
+            None => return Err(err(line, column, "unbalanced collection end")),
+        };
+        self.register(anchor, &node)?;
+        self.complete(node)?;
         Ok(())
     }
 }

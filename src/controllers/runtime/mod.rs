@@ -37,7 +37,7 @@ use requeue::{
     on_server_deleted, policies_to_requeue,
 };
 pub use watches::RuntimeError;
-use watches::{Shared, drive, watch_full, watch_meta};
+use watches::{Shared, drive, watch};
 
 /// Counts the scopes whose stores are synced; `/readyz` reads it.
 #[derive(Clone, Debug, Default)]
@@ -162,17 +162,17 @@ impl SharedStores {
         let to_servers = || requeues.servers.clone();
         vec![
             drive(
-                watch_meta(client, ns, owned.clone(), self.replica_sets.writer),
+                watch(client, ns, owned.clone(), self.replica_sets.writer),
                 "replicasets",
                 on_replica_set_deleted(to_servers()),
             ),
             drive(
-                watch_full(client, ns, all.clone(), self.policies.writer),
+                watch(client, ns, all.clone(), self.policies.writer),
                 "haltsqlpolicies",
                 on_policy_deleted(ctx.clone(), to_servers()),
             ),
             drive(
-                watch_full(client, ns, all, self.servers.writer),
+                watch(client, ns, all, self.servers.writer),
                 "haltsqlservers",
                 on_server_deleted(
                     ctx.clone(),
@@ -181,27 +181,27 @@ impl SharedStores {
                 ),
             ),
             drive(
-                watch_full(client, ns, owned.clone(), self.deployments.writer),
+                watch(client, ns, owned.clone(), self.deployments.writer),
                 "deployments",
                 on_owned_deleted::<Deployment>(to_servers()),
             ),
             drive(
-                watch_meta(client, ns, owned.clone(), self.config_maps.writer),
+                watch(client, ns, owned.clone(), self.config_maps.writer),
                 "configmaps",
                 on_owned_deleted::<PartialObjectMeta<ConfigMap>>(to_servers()),
             ),
             drive(
-                watch_meta(client, ns, owned.clone(), self.services.writer),
+                watch(client, ns, owned.clone(), self.services.writer),
                 "services",
                 on_owned_deleted::<PartialObjectMeta<Service>>(to_servers()),
             ),
             drive(
-                watch_meta(client, ns, owned.clone(), self.pdbs.writer),
+                watch(client, ns, owned.clone(), self.pdbs.writer),
                 "poddisruptionbudgets",
                 on_owned_deleted::<PartialObjectMeta<PodDisruptionBudget>>(to_servers()),
             ),
             drive(
-                watch_meta(client, ns, owned, self.network_policies.writer),
+                watch(client, ns, owned, self.network_policies.writer),
                 "networkpolicies",
                 on_owned_deleted::<PartialObjectMeta<NetworkPolicy>>(to_servers()),
             ),

@@ -7,7 +7,6 @@ use std::hash::Hash;
 use futures::StreamExt;
 use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::NamespaceResourceScope;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{self, ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -87,7 +86,9 @@ fn forget_managed_fields<K: Resource>(obj: &mut K) {
     obj.meta_mut().managed_fields = None;
 }
 
-pub(super) fn watch_full<K>(
+/// The watch of one kind in the scope, filling its shared store. Over
+/// `PartialObjectMeta<K>`, the list and watch requests are metadata-only.
+pub(super) fn watch<K>(
     client: &Client,
     namespace: Option<&str>,
     config: watcher::Config,
@@ -107,32 +108,4 @@ where
         .default_backoff()
         .modify(forget_managed_fields)
         .reflect_shared(shared)
-}
-
-pub(super) fn watch_meta<K>(
-    client: &Client,
-    namespace: Option<&str>,
-    config: watcher::Config,
-    shared: Writer<PartialObjectMeta<K>>,
-) -> impl futures::Stream<Item = Result<watcher::Event<PartialObjectMeta<K>>, watcher::Error>>
-+ Send
-+ 'static
-where
-    K: Resource<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Debug
-        + Send
-        + Sync
-        + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-{
-    // An Api over PartialObjectMeta makes metadata-only list and watch requests.
-    watcher(
-        scoped_api::<PartialObjectMeta<K>>(client, namespace),
-        config,
-    )
-    .default_backoff()
-    .modify(forget_managed_fields)
-    .reflect_shared(shared)
 }

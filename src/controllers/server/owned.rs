@@ -8,7 +8,6 @@ use futures::future::{BoxFuture, FutureExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 use serde::Serialize;
@@ -24,27 +23,6 @@ pub struct OwnedObject<K> {
     name: String,
     cached: Option<ObjectMeta>,
     desired: Option<K>,
-}
-
-impl<K> OwnedObject<K>
-where
-    K: Resource<Scope = NamespaceResourceScope>,
-    K::DynamicType: Default,
-{
-    pub fn new(
-        client: &Client,
-        namespace: &str,
-        name: String,
-        cached: Option<ObjectMeta>,
-        desired: Option<K>,
-    ) -> Self {
-        Self {
-            api: Api::namespaced(client.clone(), namespace),
-            name,
-            cached,
-            desired,
-        }
-    }
 }
 
 /// The steps every owned kind goes through.
@@ -122,15 +100,44 @@ where
     store.get(&ObjectRef::new(name).within(namespace))
 }
 
-/// The metadata of the cached object `namespace/name`.
-pub fn cached_meta<K>(
-    store: &Store<PartialObjectMeta<K>>,
-    namespace: &str,
-    name: &str,
-) -> Option<ObjectMeta>
+/// The metadata of the cached object `namespace/name` (a full object or
+/// metadata only).
+pub fn cached_meta<K>(store: &Store<K>, namespace: &str, name: &str) -> Option<ObjectMeta>
 where
     K: Resource + Clone + 'static,
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
-    cached(store, namespace, name).map(|m| m.metadata.clone())
+    cached(store, namespace, name).map(|o| o.meta().clone())
+}
+
+/// Where a server's owned objects live.
+pub struct Namespace<'a> {
+    pub client: &'a Client,
+    pub name: &'a str,
+}
+
+impl Namespace<'_> {
+    /// The owned object `name` as one step of the loop, with what `store`
+    /// shows under that name.
+    pub fn step<K, C>(&self, store: &Store<C>, name: &str, desired: Option<K>) -> Box<dyn OwnedStep>
+    where
+        K: Resource<Scope = NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Serialize
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+        K::DynamicType: Default,
+        C: Resource + Clone + 'static,
+        C::DynamicType: Default + Eq + std::hash::Hash + Clone,
+    {
+        Box::new(OwnedObject {
+            api: Api::namespaced(self.client.clone(), self.name),
+            name: name.to_owned(),
+            cached: cached_meta(store, self.name, name),
+            desired,
+        })
+    }
 }

@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 use super::apply::{self, Plan};
 use super::collect::{Collect, collect_config_maps};
 use super::events::transition_events;
-use super::owned::{OwnedObject, OwnedStep, cached, cached_meta};
+use super::owned::{Namespace, OwnedStep, cached};
 use super::policies::{PolicyGate, ReadyPolicy, gate_policies};
 use super::status::{Outcome, compute_status};
 use crate::api::{AppliedPolicy, HaltSQLServer, HaltSQLServerStatus};
@@ -262,44 +262,26 @@ fn owned_objects(
     ctx: &Context,
     namespace: &str,
 ) -> Vec<Box<dyn OwnedStep>> {
-    let (client, owned) = (&ctx.client, &ctx.owned);
+    let owned = &ctx.owned;
+    let ns = Namespace {
+        client: &ctx.client,
+        name: namespace,
+    };
     let name = server.name_any();
     let config_map_name = rendered.config_map.name_any();
     vec![
-        Box::new(OwnedObject::new(
-            client,
-            namespace,
-            config_map_name.clone(),
-            cached_meta(&owned.config_maps, namespace, &config_map_name),
+        ns.step(
+            &owned.config_maps,
+            &config_map_name,
             Some(rendered.config_map),
-        )),
-        Box::new(OwnedObject::new(
-            client,
-            namespace,
-            name.clone(),
-            cached(&owned.deployments, namespace, &name).map(|d| d.metadata.clone()),
-            Some(rendered.deployment),
-        )),
-        Box::new(OwnedObject::new(
-            client,
-            namespace,
-            name.clone(),
-            cached_meta(&owned.services, namespace, &name),
-            Some(rendered.service),
-        )),
-        Box::new(OwnedObject::new(
-            client,
-            namespace,
-            name.clone(),
-            cached_meta(&owned.pod_disruption_budgets, namespace, &name),
+        ),
+        ns.step(&owned.deployments, &name, Some(rendered.deployment)),
+        ns.step(&owned.services, &name, Some(rendered.service)),
+        ns.step(
+            &owned.pod_disruption_budgets,
+            &name,
             rendered.pod_disruption_budget,
-        )),
-        Box::new(OwnedObject::new(
-            client,
-            namespace,
-            name.clone(),
-            cached_meta(&owned.network_policies, namespace, &name),
-            rendered.network_policy,
-        )),
+        ),
+        ns.step(&owned.network_policies, &name, rendered.network_policy),
     ]
 }

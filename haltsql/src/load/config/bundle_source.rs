@@ -442,21 +442,7 @@ pub(crate) fn parse_bundle_source(
         return (None, None, Prefix::Invalid);
     };
     let before = doc.errors.len();
-    let name = m.req(doc, "name").and_then(|n| {
-        let s = doc.nonempty(n, &join(path, "name"))?;
-        if is_dns1123_hostname(&s.value) {
-            Some(s)
-        } else {
-            doc.error_str(
-                &s,
-                format!(
-                    "invalid name {}: must be a lower-case DNS-1123 subdomain (at most 253 characters)",
-                    s.shown()
-                ),
-            );
-            None
-        }
-    });
+    let name = m.req(doc, "name").and_then(|n| source_name(doc, n, path));
 
     let forms: Vec<&str> = ["oci", "https", "s3"]
         .into_iter()
@@ -472,54 +458,11 @@ pub(crate) fn parse_bundle_source(
             .and_then(|n| parse_location(doc, n, &fpath, form))
     };
 
-    let kpath = join(path, "public_keys");
-    let public_keys = m.req(doc, "public_keys").and_then(|n| {
-        let items = doc.strings(n, &kpath)?;
-        if items.is_empty() {
-            doc.error(n, &kpath, "must list at least one Ed25519 public key");
-            return None;
-        }
-        let mut keys: Vec<[u8; 32]> = Vec::new();
-        let mut ok = true;
-        for (i, s) in items.iter().enumerate() {
-            match parse_ed25519_public_key(&s.value) {
-                Ok(k) if keys.contains(&k) => {
-                    doc.error_str(
-                        s,
-                        format!(
-                            "duplicate key (same as {})",
-                            index(&kpath, keys.iter().position(|x| *x == k).unwrap_or(0))
-                        ),
-                    );
-                    ok = false;
-                }
-                Ok(k) => keys.push(k),
-                Err(e) => {
-                    doc.error_str(s, format!("invalid public key: {e}"));
-                    ok = false;
-                }
-            }
-            let _ = i;
-        }
-        ok.then_some(keys)
-    });
+    let public_keys = m
+        .req(doc, "public_keys")
+        .and_then(|n| public_keys(doc, n, &join(path, "public_keys")));
 
-    let prefix = m.get("name_prefix").and_then(|n| {
-        let s = doc.nonempty(n, &join(path, "name_prefix"))?;
-        let probe = format!("{}a", s.value);
-        if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_hostname(&probe) {
-            Some(s)
-        } else {
-            doc.error_str(
-                &s,
-                format!(
-                    "invalid name_prefix {}: lower-case letters, digits, '-' and '.', ending with '.' or '-' (for example \"prod.\"), at most 200 characters",
-                    s.shown()
-                ),
-            );
-            None
-        }
-    });
+    let prefix = m.get("name_prefix").and_then(|n| name_prefix(doc, n, path));
 
     let poll = match m.get("poll_interval_seconds") {
         None => Some(DEFAULT_POLL_SECONDS),
@@ -563,6 +506,73 @@ pub(crate) fn parse_bundle_source(
         None
     };
     (source, name, prefix_state)
+}
+
+/// `name`: a DNS-1123 subdomain whose labels are DNS labels.
+fn source_name(doc: &mut Doc<'_>, n: &Node, path: &str) -> Option<Str> {
+    let s = doc.nonempty(n, &join(path, "name"))?;
+    if is_dns1123_hostname(&s.value) {
+        Some(s)
+    } else {
+        doc.error_str(
+            &s,
+            format!(
+                "invalid name {}: must be a lower-case DNS-1123 subdomain (at most 253 characters)",
+                s.shown()
+            ),
+        );
+        None
+    }
+}
+
+/// `public_keys` (at `kpath`): at least one Ed25519 key, no key twice.
+fn public_keys(doc: &mut Doc<'_>, n: &Node, kpath: &str) -> Option<Vec<[u8; 32]>> {
+    let items = doc.strings(n, kpath)?;
+    if items.is_empty() {
+        doc.error(n, kpath, "must list at least one Ed25519 public key");
+        return None;
+    }
+    let mut keys: Vec<[u8; 32]> = Vec::new();
+    let mut ok = true;
+    for s in &items {
+        match parse_ed25519_public_key(&s.value) {
+            Ok(k) if keys.contains(&k) => {
+                doc.error_str(
+                    s,
+                    format!(
+                        "duplicate key (same as {})",
+                        index(kpath, keys.iter().position(|x| *x == k).unwrap_or(0))
+                    ),
+                );
+                ok = false;
+            }
+            Ok(k) => keys.push(k),
+            Err(e) => {
+                doc.error_str(s, format!("invalid public key: {e}"));
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(keys)
+}
+
+/// `name_prefix`: ends with `.` or `-`, and makes a valid name with any
+/// bundle policy name after it.
+fn name_prefix(doc: &mut Doc<'_>, n: &Node, path: &str) -> Option<Str> {
+    let s = doc.nonempty(n, &join(path, "name_prefix"))?;
+    let probe = format!("{}a", s.value);
+    if s.value.len() <= 200 && s.value.ends_with(['.', '-']) && is_dns1123_hostname(&probe) {
+        Some(s)
+    } else {
+        doc.error_str(
+            &s,
+            format!(
+                "invalid name_prefix {}: lower-case letters, digits, '-' and '.', ending with '.' or '-' (for example \"prod.\"), at most 200 characters",
+                s.shown()
+            ),
+        );
+        None
+    }
 }
 
 fn parse_location(
