@@ -2,24 +2,28 @@
 //! validator, metrics, backoff and the operator's settings (with their
 //! defaults).
 
+use std::fmt::Debug;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::Store;
+use kube::{Client, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::controllers::backoff::Backoff;
 use crate::controllers::metrics::Metrics;
 use crate::controllers::policy::validator::Validator;
-use crate::controllers::status_patch::OwnWrites;
+use crate::controllers::status_patch::{OwnWrites, patch_status};
 use crate::render::RenderSettings;
 
 /// The field manager of every write the operator makes.
@@ -156,6 +160,22 @@ impl Context {
             settings,
             own_writes: OwnWrites::default(),
         }
+    }
+
+    /// Writes `new` as the status of `obj`, whose status was read as `old`
+    /// (see [`patch_status`]).
+    pub async fn write_status<K, S>(
+        &self,
+        obj: &K,
+        old: Option<&S>,
+        new: &S,
+    ) -> Result<(), kube::Error>
+    where
+        K: Resource<Scope = NamespaceResourceScope> + Clone + DeserializeOwned + Debug,
+        K::DynamicType: Default,
+        S: Serialize,
+    {
+        patch_status(&self.client, obj, old, new, &self.metrics, &self.own_writes).await
     }
 
     /// Waits until every store of this scope has listed its objects once.

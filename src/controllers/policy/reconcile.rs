@@ -62,7 +62,6 @@ use crate::controllers::backoff::Backoff;
 use crate::controllers::context::Context;
 use crate::controllers::metrics::ControllerKind;
 use crate::controllers::reconcile::{self as wrapper, Pass, PassError, Reconciled, is_conflict};
-use crate::controllers::status_patch::patch_status;
 use crate::render;
 
 /// Servers named in a `Synced` message before the rest are counted.
@@ -220,15 +219,8 @@ async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass,
 
     if policy.status.as_ref() != Some(&status) {
         log_change(&current, &status);
-        patch_status(
-            &ctx.client,
-            policy,
-            policy.status.as_ref(),
-            &status,
-            &ctx.metrics,
-            &ctx.own_writes,
-        )
-        .await?;
+        ctx.write_status(policy, policy.status.as_ref(), &status)
+            .await?;
     }
     Ok(match judgement {
         // The status says ValidatorError; try again, slower each time.

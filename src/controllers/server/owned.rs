@@ -25,6 +25,31 @@ pub struct OwnedObject<K> {
     desired: Option<K>,
 }
 
+/// A kind the server owns: namespaced, applied whole, sent across tasks.
+pub trait OwnedKind:
+    Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + DeserializeOwned
+    + Serialize
+    + Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> OwnedKind for K where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The steps every owned kind goes through.
 pub trait OwnedStep: Send + Sync {
     /// `Deployment`, `ConfigMap`, ...
@@ -41,17 +66,7 @@ pub trait OwnedStep: Send + Sync {
     ) -> BoxFuture<'a, Result<(), kube::Error>>;
 }
 
-impl<K> OwnedStep for OwnedObject<K>
-where
-    K: Resource<Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + Serialize
-        + Debug
-        + Send
-        + Sync,
-    K::DynamicType: Default,
-{
+impl<K: OwnedKind> OwnedStep for OwnedObject<K> {
     fn kind(&self) -> String {
         K::kind(&Default::default()).into_owned()
     }
@@ -121,15 +136,7 @@ impl Namespace<'_> {
     /// shows under that name.
     pub fn step<K, C>(&self, store: &Store<C>, name: &str, desired: Option<K>) -> Box<dyn OwnedStep>
     where
-        K: Resource<Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-        K::DynamicType: Default,
+        K: OwnedKind,
         C: Resource + Clone + 'static,
         C::DynamicType: Default + Eq + std::hash::Hash + Clone,
     {

@@ -22,7 +22,6 @@ use crate::controllers::backoff::Backoff;
 use crate::controllers::context::{Context, object_key};
 use crate::controllers::metrics::ControllerKind;
 use crate::controllers::reconcile::{self as wrapper, Pass, PassError, Reconciled, is_conflict};
-use crate::controllers::status_patch::patch_status;
 use crate::render::{self, PolicyInput, Rendered};
 
 #[derive(Debug, thiserror::Error)]
@@ -91,15 +90,8 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Pass,
 
     let status = status_after(server, ctx, &namespace, &uid, &outcome);
     if server.status.as_ref() != Some(&status) {
-        patch_status(
-            &ctx.client,
-            server,
-            server.status.as_ref(),
-            &status,
-            &ctx.metrics,
-            &ctx.own_writes,
-        )
-        .await?;
+        ctx.write_status(server, server.status.as_ref(), &status)
+            .await?;
     }
     let rolled = matches!(outcome, Outcome::Rendered { rolled: true, .. });
     for event in transition_events(server.status.as_ref(), &status, rolled) {
@@ -161,15 +153,9 @@ async fn report_lasting_apply_failure(
     if server.status.as_ref() == Some(&status) {
         return;
     }
-    if let Err(status_error) = patch_status(
-        &ctx.client,
-        server,
-        server.status.as_ref(),
-        &status,
-        &ctx.metrics,
-        &ctx.own_writes,
-    )
-    .await
+    if let Err(status_error) = ctx
+        .write_status(server, server.status.as_ref(), &status)
+        .await
     {
         debug!(error = %status_error, "cannot report the failed write in the status");
     }
