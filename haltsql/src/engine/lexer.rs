@@ -204,37 +204,12 @@ pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
             i += 1;
             continue;
         }
-        // Line comment.
         if b == b'-' && s.get(i + 1) == Some(&b'-') {
-            while i < s.len() && s[i] != b'\n' && s[i] != b'\r' {
-                if s[i] == 0 {
-                    return Err(ScanError::Nul);
-                }
-                i += 1;
-            }
+            i = line_comment_end(s, i)?;
             continue;
         }
-        // Block comment, nested as in PostgreSQL.
         if b == b'/' && s.get(i + 1) == Some(&b'*') {
-            let mut nest = 1usize;
-            i += 2;
-            while nest > 0 {
-                if i >= s.len() {
-                    return Err(ScanError::Unterminated("block comment"));
-                }
-                if s[i] == 0 {
-                    return Err(ScanError::Nul);
-                }
-                if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
-                    nest += 1;
-                    i += 2;
-                } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
-                    nest -= 1;
-                    i += 2;
-                } else {
-                    i += 1;
-                }
-            }
+            i = block_comment_end(s, i)?;
             continue;
         }
         if b == b';' {
@@ -257,33 +232,8 @@ pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
                 .ok_or(ScanError::Unterminated("quoted identifier"))?;
             continue;
         }
-        // Dollar-quoted string or parameter.
         if b == b'$' {
-            if s.get(i + 1).is_some_and(|c| c.is_ascii_digit()) {
-                i += 1;
-                while i < s.len() && s[i].is_ascii_digit() {
-                    i += 1;
-                }
-                continue;
-            }
-            let mut j = i + 1;
-            if j < s.len() && is_ident_start(s[j]) {
-                j += 1;
-                while j < s.len() && is_ident_cont(s[j]) && s[j] != b'$' {
-                    j += 1;
-                }
-            }
-            if s.get(j) == Some(&b'$') {
-                let tag = &s[i..=j];
-                let body = j + 1;
-                let close = find(s, body, tag).ok_or(ScanError::Unterminated("dollar quote"))?;
-                if s[body..close].contains(&0) {
-                    return Err(ScanError::Nul);
-                }
-                i = close + tag.len();
-                continue;
-            }
-            i += 1;
+            i = dollar_end(s, i)?;
             continue;
         }
         if is_ident_start(b) {
@@ -292,33 +242,11 @@ pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
                 i += 1;
             }
             let word = &sql[start..i];
-            // Prefixed strings: E'..', B'..', X'..', N'..', U&'..', U&"..".
-            if i - start == 1 {
-                let p = b.to_ascii_lowercase();
-                if s.get(i) == Some(&b'\'') && matches!(p, b'e' | b'b' | b'x' | b'n') {
-                    i = if p == b'e' {
-                        quoted_end(s, i + 1, b'\'', true)
-                            .ok_or(ScanError::Unterminated("string literal"))?
-                    } else {
-                        string_end(s, i + 1)?
-                    };
-                    continue;
-                }
-                if p == b'u' && s.get(i) == Some(&b'&') {
-                    match s.get(i + 1) {
-                        Some(b'\'') => {
-                            i = string_end(s, i + 2)?;
-                            continue;
-                        }
-                        Some(b'"') => {
-                            i = quoted_end(s, i + 2, b'"', false)
-                                .ok_or(ScanError::Unterminated("quoted identifier"))?;
-                            out.unicode_idents.push((start, i));
-                            continue;
-                        }
-                        _ => {}
-                    }
-                }
+            if i - start == 1
+                && let Some(end) = prefixed_literal_end(s, b, start, i, &mut out)?
+            {
+                i = end;
+                continue;
             }
             if word.eq_ignore_ascii_case("uescape") {
                 out.uescape = true;
@@ -358,6 +286,106 @@ pub fn scan(sql: &str, limits: ScanLimits) -> Result<Scan, ScanError> {
         return Err(ScanError::Unbalanced);
     }
     Ok(out)
+}
+
+/// The end of a one-letter-prefixed literal whose prefix `b` is at `start`
+/// and whose quote is at `i`: E'..', B'..', X'..', N'..', U&'..', U&".."
+/// (recorded in `out.unicode_idents`); `None` when none starts there.
+fn prefixed_literal_end(
+    s: &[u8],
+    b: u8,
+    start: usize,
+    i: usize,
+    out: &mut Scan,
+) -> Result<Option<usize>, ScanError> {
+    let p = b.to_ascii_lowercase();
+    if s.get(i) == Some(&b'\'') && matches!(p, b'e' | b'b' | b'x' | b'n') {
+        let end = if p == b'e' {
+            quoted_end(s, i + 1, b'\'', true).ok_or(ScanError::Unterminated("string literal"))?
+        } else {
+            string_end(s, i + 1)?
+        };
+        return Ok(Some(end));
+    }
+    if p == b'u' && s.get(i) == Some(&b'&') {
+        match s.get(i + 1) {
+            Some(b'\'') => {
+                return Ok(Some(string_end(s, i + 2)?));
+            }
+            Some(b'"') => {
+                let end = quoted_end(s, i + 2, b'"', false)
+                    .ok_or(ScanError::Unterminated("quoted identifier"))?;
+                out.unicode_idents.push((start, end));
+                return Ok(Some(end));
+            }
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+/// The end of a `--` comment starting at `i` (the line break is left).
+fn line_comment_end(s: &[u8], mut i: usize) -> Result<usize, ScanError> {
+    while i < s.len() && s[i] != b'\n' && s[i] != b'\r' {
+        if s[i] == 0 {
+            return Err(ScanError::Nul);
+        }
+        i += 1;
+    }
+    Ok(i)
+}
+
+/// The end of a `/* */` comment starting at `i`, nested as in PostgreSQL.
+fn block_comment_end(s: &[u8], mut i: usize) -> Result<usize, ScanError> {
+    let mut nest = 1usize;
+    i += 2;
+    while nest > 0 {
+        if i >= s.len() {
+            return Err(ScanError::Unterminated("block comment"));
+        }
+        if s[i] == 0 {
+            return Err(ScanError::Nul);
+        }
+        if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
+            nest += 1;
+            i += 2;
+        } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
+            nest -= 1;
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    Ok(i)
+}
+
+/// The end of what starts with `$` at `i`: a `$1` parameter, a
+/// dollar-quoted string (`$$...$$`, `$tag$...$tag$`), or the `$` alone.
+fn dollar_end(s: &[u8], i: usize) -> Result<usize, ScanError> {
+    if s.get(i + 1).is_some_and(|c| c.is_ascii_digit()) {
+        let mut i = i + 1;
+        while i < s.len() && s[i].is_ascii_digit() {
+            i += 1;
+        }
+        return Ok(i);
+    }
+    let mut j = i + 1;
+    if j < s.len() && is_ident_start(s[j]) {
+        j += 1;
+        while j < s.len() && is_ident_cont(s[j]) && s[j] != b'$' {
+            j += 1;
+        }
+    }
+    if s.get(j) == Some(&b'$') {
+        let tag = &s[i..=j];
+        let body = j + 1;
+        let close = find(s, body, tag).ok_or(ScanError::Unterminated("dollar quote"))?;
+        if s[body..close].contains(&0) {
+            return Err(ScanError::Nul);
+        }
+        return Ok(close + tag.len());
+    }
+    Ok(i + 1)
 }
 
 /// End of a standard (`'...'`) string literal. PostgreSQL treats a
