@@ -1,0 +1,82 @@
+//! The operator's runtime, running in the test process itself.
+
+use std::time::Duration;
+
+use haltsql_operator::context::Settings;
+use haltsql_operator::metrics::Metrics;
+use haltsql_operator::runtime::Readiness;
+use haltsql_testkit::paths::haltsql_bin;
+use kube::Client;
+
+/// Both controllers in this process, watching only the given namespaces (so
+/// tests in parallel never reconcile each other's objects).
+pub struct Operator {
+    pub metrics: Metrics,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Operator {
+    /// Starts both controllers with test-friendly settings; `adjust` may change them.
+    pub fn start(client: &Client, namespaces: &[&str], adjust: impl FnOnce(&mut Settings)) -> Self {
+        let mut settings = Settings::new(haltsql_bin());
+        settings.watch_namespaces = Some(namespaces.iter().map(|s| s.to_string()).collect());
+        settings.validator_timeout = Duration::from_secs(20);
+        adjust(&mut settings);
+        let metrics = Metrics::new().expect("metrics");
+        let readiness = Readiness::default();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn({
+            let client = client.clone();
+            let metrics = metrics.clone();
+            let readiness = readiness.clone();
+            async move {
+                let shutdown = async move {
+                    let _ = stopped.await;
+                };
+                haltsql_operator::runtime::run(client, settings, metrics, readiness, shutdown)
+                    .await
+                    .expect("operator runtime");
+            }
+        });
+        Operator {
+            metrics,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    /// API writes the operator made so far, by `kind/verb`.
+    pub fn writes(&self) -> u64 {
+        self.metrics
+            .registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "haltsql_operator_api_writes_total")
+            .flat_map(|f| {
+                f.get_metric()
+                    .iter()
+                    .map(|m| m.get_counter().value() as u64)
+                    .collect::<Vec<_>>()
+            })
+            .sum()
+    }
+
+    /// Stops the controllers, letting in-flight reconciles finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(30), task).await;
+        }
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
