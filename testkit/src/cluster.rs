@@ -51,6 +51,11 @@ impl Cluster {
         cmd
     }
 
+    /// Runs `kubectl ARGS`; returns its stdout, panics with its output on failure.
+    pub fn kubectl_ok(self, args: &[&str]) -> String {
+        run_ok(self.kubectl().args(args))
+    }
+
     /// `kubectl apply --server-side` of YAML (several documents allowed).
     pub fn apply(self, yaml: &str) {
         let mut child = self

@@ -770,13 +770,13 @@ async fn kubectl_scale_changes_spec_replicas() {
     if let Err(m) = create(&servers, &obj).await {
         panic!("{m}");
     }
-    support::run_ok(support::Cluster::Full.kubectl().args([
+    support::Cluster::Full.kubectl_ok(&[
         "scale",
         "haltsqlserver/x",
         "--replicas=3",
         "-n",
         &ns.name,
-    ]));
+    ]);
     let stored = match servers.get("x").await {
         Ok(obj) => obj,
         Err(err) => panic!("get: {err}"),

@@ -167,36 +167,12 @@ async fn kustomize_install_applies_cleanly_and_rbac_is_tight() {
     ]));
 
     // The aggregated roles reach the built-in ones.
-    let edit = support::run_ok(support::Cluster::Full.kubectl().args([
-        "get",
-        "clusterrole",
-        "edit",
-        "-o",
-        "json",
-    ]));
-    let view = support::run_ok(support::Cluster::Full.kubectl().args([
-        "get",
-        "clusterrole",
-        "view",
-        "-o",
-        "json",
-    ]));
+    let edit = support::Cluster::Full.kubectl_ok(&["get", "clusterrole", "edit", "-o", "json"]);
+    let view = support::Cluster::Full.kubectl_ok(&["get", "clusterrole", "view", "-o", "json"]);
     let mut aggregated = false;
     for _ in 0..50 {
-        let edit = support::run_ok(support::Cluster::Full.kubectl().args([
-            "get",
-            "clusterrole",
-            "edit",
-            "-o",
-            "json",
-        ]));
-        let view = support::run_ok(support::Cluster::Full.kubectl().args([
-            "get",
-            "clusterrole",
-            "view",
-            "-o",
-            "json",
-        ]));
+        let edit = support::Cluster::Full.kubectl_ok(&["get", "clusterrole", "edit", "-o", "json"]);
+        let view = support::Cluster::Full.kubectl_ok(&["get", "clusterrole", "view", "-o", "json"]);
         if edit.contains("haltsqlservers") && view.contains("haltsqlpolicies") {
             aggregated = true;
             break;
@@ -476,7 +452,7 @@ async fn helm_install_runs_the_operator_and_uninstall_leaves_only_the_crds() {
 
     support::run_ok(&mut helm_cmd(&["uninstall", &release, "--wait"]));
     for (kind, name) in &objects {
-        let left = support::run_ok(support::Cluster::Full.kubectl().args([
+        let left = support::Cluster::Full.kubectl_ok(&[
             "-n",
             &ns.name,
             "get",
@@ -485,7 +461,7 @@ async fn helm_install_runs_the_operator_and_uninstall_leaves_only_the_crds() {
             "--ignore-not-found",
             "-o",
             "name",
-        ]));
+        ]);
         if kind == "CustomResourceDefinition" {
             assert!(
                 !left.trim().is_empty(),

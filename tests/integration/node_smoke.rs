@@ -135,7 +135,7 @@ async fn run_to_completion(client: &kube::Client, ns: &str, name: &str, args: &[
         },
     )
     .await;
-    let log = run_ok(Cluster::Node.kubectl().args(["-n", ns, "logs", name]));
+    let log = Cluster::Node.kubectl_ok(&["-n", ns, "logs", name]);
     assert_eq!(phase, "Succeeded", "pod {name} failed; its log:\n{log}");
     log
 }

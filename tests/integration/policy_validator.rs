@@ -19,21 +19,10 @@ use haltsql_operator::metrics::Metrics;
 use haltsql_operator::policy::{Validator, Verdict};
 use haltsql_operator::render::{ValidationDocument, validation_document};
 
-const VALID_POLICY: &str = "\
-apiVersion: haltsql.dev/v1
-kind: Policy
-metadata:
-  name: orders-agent
-dialect: postgres
-search_path: [app]
-statements:
-  allow: [select]
-require_limit:
-  max: 100
-tables:
-  app.orders:
-    columns: [id, status, total_cents]
-";
+/// The quick-start policy document of config/samples.
+fn valid_policy() -> String {
+    support::quick_start_policy_document(&["id", "status", "total_cents"])
+}
 
 /// RFC 8032 test key 1, as PEM.
 const PUBLIC_KEY: &str = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\n-----END PUBLIC KEY-----\n";
@@ -120,9 +109,9 @@ async fn valid_policy_reports_its_name_and_is_cached() {
     let expected = Verdict::Valid {
         policy_name: Some("orders-agent".into()),
     };
-    assert_eq!(v.validate(&inline(VALID_POLICY)).await, expected);
+    assert_eq!(v.validate(&inline(&valid_policy())).await, expected);
     f.assert_clean();
-    assert_eq!(v.validate(&inline(VALID_POLICY)).await, expected);
+    assert_eq!(v.validate(&inline(&valid_policy())).await, expected);
     assert_eq!(
         f.runs("valid"),
         1,
@@ -136,7 +125,7 @@ async fn valid_policy_reports_its_name_and_is_cached() {
 async fn invalid_policy_has_located_errors_without_temp_paths() {
     let f = Fixture::new();
     let v = f.real();
-    let text = VALID_POLICY.replace("columns:", "colums:");
+    let text = valid_policy().replace("columns:", "colums:");
     let Verdict::Invalid { message } = v.validate(&inline(&text)).await else {
         panic!("expected invalid");
     };
@@ -168,7 +157,7 @@ async fn unparseable_yaml_is_invalid_with_a_location() {
 #[tokio::test]
 async fn many_errors_are_trimmed() {
     let f = Fixture::new();
-    let mut text = VALID_POLICY.to_owned();
+    let mut text = valid_policy();
     for i in 0..200 {
         text.push_str(&format!("unknown_key_{i}: x\n"));
     }
@@ -326,9 +315,9 @@ async fn child_sees_no_environment_and_a_private_directory() {
 async fn missing_binary_is_an_error_and_not_cached() {
     let f = Fixture::new();
     let v = f.validator(f.scripts.join("does-not-exist"), Duration::from_secs(5));
-    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    let message = error_message(v.validate(&inline(&valid_policy())).await);
     assert!(message.starts_with("cannot run "), "{message}");
-    error_message(v.validate(&inline(VALID_POLICY)).await);
+    error_message(v.validate(&inline(&valid_policy())).await);
     assert_eq!((f.runs("error"), f.hits("error")), (2, 0));
     f.assert_clean();
 }
@@ -341,7 +330,7 @@ async fn hanging_validator_times_out_and_cleans_up() {
         Duration::from_millis(500),
     );
     let started = Instant::now();
-    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    let message = error_message(v.validate(&inline(&valid_policy())).await);
     assert!(started.elapsed() < Duration::from_secs(5));
     assert_eq!(message, "haltsql validate did not finish within 0.5s");
     f.assert_clean();
@@ -377,7 +366,7 @@ async fn processes_the_validator_starts_go_with_it() {
         f.script("hang-child", &format!("sleep {hanging}")),
         Duration::from_millis(500),
     );
-    let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+    let message = error_message(v.validate(&inline(&valid_policy())).await);
     assert_eq!(message, "haltsql validate did not finish within 0.5s");
     let v = f.validator(
         f.script(
@@ -386,7 +375,7 @@ async fn processes_the_validator_starts_go_with_it() {
         ),
         Duration::from_secs(5),
     );
-    error_message(v.validate(&inline(VALID_POLICY)).await);
+    error_message(v.validate(&inline(&valid_policy())).await);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         sleeping(&hanging),
@@ -462,7 +451,7 @@ async fn exit_2_signal_and_garbage_are_errors() {
     ];
     for (name, body, expected) in cases {
         let v = f.validator(f.script(name, body), Duration::from_secs(10));
-        let message = error_message(v.validate(&inline(VALID_POLICY)).await);
+        let message = error_message(v.validate(&inline(&valid_policy())).await);
         assert!(message.contains(expected), "{name}: {message}");
         f.assert_clean();
     }
@@ -481,7 +470,7 @@ async fn chatty_stderr_does_not_block_the_child() {
     );
     let verdict = f
         .validator(script, Duration::from_secs(20))
-        .validate(&inline(VALID_POLICY))
+        .validate(&inline(&valid_policy()))
         .await;
     assert_eq!(
         verdict,
@@ -497,10 +486,10 @@ async fn recovers_when_the_validator_comes_back() {
     let f = Fixture::new();
     let path = f.scripts.join("haltsql");
     let v = f.validator(path.clone(), Duration::from_secs(30));
-    error_message(v.validate(&inline(VALID_POLICY)).await);
+    error_message(v.validate(&inline(&valid_policy())).await);
     std::os::unix::fs::symlink(support::haltsql_bin(), &path).expect("symlink");
     assert_eq!(
-        v.validate(&inline(VALID_POLICY)).await,
+        v.validate(&inline(&valid_policy())).await,
         Verdict::Valid {
             policy_name: Some("orders-agent".into())
         }
@@ -532,7 +521,7 @@ async fn the_validator_reads_no_file_a_document_names() {
         ),
         (
             "policy.yaml",
-            format!("{VALID_POLICY}catalog: {canary_text}\n"),
+            format!("{}catalog: {canary_text}\n", valid_policy()),
             vec!["catalog file", "is not read in sealed mode"],
         ),
     ];
@@ -543,7 +532,7 @@ async fn the_validator_reads_no_file_a_document_names() {
         };
         // A fresh validator each time: its cache must not answer.
         let mut verdicts = vec![f.real().validate(&doc).await];
-        std::fs::write(&canary, VALID_POLICY).expect("canary");
+        std::fs::write(&canary, valid_policy()).expect("canary");
         verdicts.push(f.real().validate(&doc).await);
         std::fs::write(&canary, "0".repeat(64)).expect("canary");
         verdicts.push(f.real().validate(&doc).await);
@@ -563,7 +552,7 @@ async fn the_validator_reads_no_file_a_document_names() {
 }
 
 fn named(name: &str) -> String {
-    VALID_POLICY.replace("name: orders-agent", &format!("name: {name}"))
+    valid_policy().replace("name: orders-agent", &format!("name: {name}"))
 }
 
 #[tokio::test]
@@ -579,7 +568,7 @@ async fn waiting_documents_share_a_run_and_each_keeps_its_own_verdict() {
     let mut docs: Vec<String> = (0..24).map(|i| named(&format!("agent-{i}"))).collect();
     // Two documents with one policy name: separate HaltSQLPolicies, no conflict.
     docs.push(named("agent-3").replace("max: 100", "max: 50"));
-    docs.push(VALID_POLICY.replace("columns:", "colums:"));
+    docs.push(valid_policy().replace("columns:", "colums:"));
     docs.push("tables: [\n".to_owned());
     docs.push(named("agent-7")); // the same bytes as a document above: judged once
     let inputs: Vec<ValidationDocument> = docs.iter().map(|d| inline(d)).collect();

@@ -96,13 +96,12 @@ async fn setup(
     prefix: &str,
     rollout_deadline: Duration,
 ) -> (kube::Client, TestNamespace, Operator) {
-    Cluster::Full.ensure_crds();
-    let client = support::Cluster::Full.client().await;
-    let ns = TestNamespace::new(&client, prefix).await;
+    let (client, ns, operator) =
+        support::in_process::start_in_new_namespace(Cluster::Full, prefix, |s| {
+            s.rollout_deadline = rollout_deadline
+        })
+        .await;
     fixtures::create_token_secret(&client, &ns.name, fixtures::TEST_TOKEN_SHA256).await;
-    let operator = Operator::start(&client, &[&ns.name], |s| {
-        s.rollout_deadline = rollout_deadline
-    });
     (client, ns, operator)
 }
 

@@ -40,10 +40,8 @@ async fn fixture_with(
     prefix: &str,
     adjust: impl FnOnce(&mut haltsql_operator::context::Settings),
 ) -> Fixture {
-    Cluster::Envtest.ensure_crds();
-    let client = Cluster::Envtest.client().await;
-    let ns = TestNamespace::new_in(&client, Cluster::Envtest, prefix).await;
-    let operator = Operator::start(&client, &[&ns.name], adjust);
+    let (client, ns, operator) =
+        support::in_process::start_in_new_namespace(Cluster::Envtest, prefix, adjust).await;
     Fixture {
         events: Api::namespaced(client.clone(), &ns.name),
         policies: Api::namespaced(client.clone(), &ns.name),

@@ -6,7 +6,22 @@ use haltsql_operator::context::Settings;
 use haltsql_operator::metrics::Metrics;
 use haltsql_operator::runtime::Readiness;
 use haltsql_testkit::paths::haltsql_bin;
+use haltsql_testkit::{Cluster, TestNamespace};
 use kube::Client;
+
+/// A namespace of its own on `cluster` (CRDs installed) and both controllers
+/// watching it in this process.
+pub async fn start_in_new_namespace(
+    cluster: Cluster,
+    prefix: &str,
+    adjust: impl FnOnce(&mut Settings),
+) -> (Client, TestNamespace, Operator) {
+    cluster.ensure_crds();
+    let client = cluster.client().await;
+    let ns = TestNamespace::new_in(&client, cluster, prefix).await;
+    let operator = Operator::start(&client, &[&ns.name], adjust);
+    (client, ns, operator)
+}
 
 /// Both controllers in this process, watching only the given namespaces (so
 /// tests in parallel never reconcile each other's objects).
