@@ -108,27 +108,8 @@ impl Fixture {
             .get()
     }
 
-    /// Plays the Deployment controller: every replica of the current
-    /// generation updated and available.
     async fn complete_rollout(&self, name: &str) {
-        let deployment = eventually("the Deployment", WAIT, || async {
-            self.deployments.get(name).await.ok()
-        })
-        .await;
-        let replicas = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
-        let status = serde_json::json!({"status": {
-            "observedGeneration": deployment.metadata.generation,
-            "replicas": replicas, "updatedReplicas": replicas,
-            "readyReplicas": replicas, "availableReplicas": replicas,
-        }});
-        self.deployments
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("deployment status");
+        support::in_process::complete_rollout(&self.deployments, name).await;
     }
 
     /// Waits until the server applied a new Deployment spec: playing the

@@ -122,26 +122,8 @@ impl Fixture {
         .await
     }
 
-    /// Plays the Deployment controller: every replica updated and available.
     async fn complete_rollout(&self) {
-        let deployment = eventually("the Deployment", WAIT, || async {
-            self.deployments.get("hs").await.ok()
-        })
-        .await;
-        let replicas = deployment
-            .spec
-            .as_ref()
-            .and_then(|s| s.replicas)
-            .unwrap_or(1);
-        let status = serde_json::json!({"status": {
-            "observedGeneration": deployment.metadata.generation,
-            "replicas": replicas, "updatedReplicas": replicas,
-            "readyReplicas": replicas, "availableReplicas": replicas,
-        }});
-        self.deployments
-            .patch_status("hs", &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .unwrap();
+        support::in_process::complete_rollout(&self.deployments, "hs").await;
     }
 
     async fn ready_quick_start(&self) {

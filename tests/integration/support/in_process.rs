@@ -6,8 +6,10 @@ use haltsql_operator::context::Settings;
 use haltsql_operator::metrics::Metrics;
 use haltsql_operator::runtime::Readiness;
 use haltsql_testkit::paths::haltsql_bin;
-use haltsql_testkit::{Cluster, TestNamespace};
+use haltsql_testkit::{Cluster, TestNamespace, eventually};
+use k8s_openapi::api::apps::v1::Deployment;
 use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
 
 /// A namespace of its own on `cluster` (CRDs installed) and both controllers
 /// watching it in this process.
@@ -94,4 +96,27 @@ impl Drop for Operator {
             task.abort();
         }
     }
+}
+
+/// Plays the Deployment controller (envtest runs none): every replica of the
+/// Deployment's current generation updated and available.
+pub async fn complete_rollout(deployments: &Api<Deployment>, name: &str) {
+    let deployment = eventually("the Deployment", Duration::from_secs(30), || async {
+        deployments.get(name).await.ok()
+    })
+    .await;
+    let replicas = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let status = serde_json::json!({"status": {
+        "observedGeneration": deployment.metadata.generation,
+        "replicas": replicas, "updatedReplicas": replicas,
+        "readyReplicas": replicas, "availableReplicas": replicas,
+    }});
+    deployments
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("deployment status");
 }
