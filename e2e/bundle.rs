@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support;
+use haltsql_testkit::paths::{haltsql_bin, repo_root};
 
 /// The node's InternalIP (hack/cluster-node.sh): a host address the pods reach.
 pub const NODE_IP: &str = "198.19.0.1";
@@ -48,7 +48,7 @@ impl S3Peer {
     }
 
     fn spawn(&mut self) {
-        let tool = support::repo_root().join("bin/s3s-fs");
+        let tool = repo_root().join("bin/s3s-fs");
         let log = std::fs::File::create(&self.log).expect("s3s-fs log");
         let child = Command::new(&tool)
             .args(["--host", NODE_IP, "--port", &self.port.to_string()])
@@ -172,7 +172,7 @@ impl Signer {
 }
 
 fn haltsql(dir: &Path, args: &[&str]) {
-    let out = Command::new(support::haltsql_bin())
+    let out = Command::new(haltsql_bin())
         .current_dir(dir)
         .args(args)
         .output()

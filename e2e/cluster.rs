@@ -6,12 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::Value;
 
-use crate::support;
+use haltsql_testkit::cluster::run_ok;
+use haltsql_testkit::paths::repo_root;
 
 /// The admin view of the cluster under test.
 #[derive(Clone)]
@@ -22,22 +22,7 @@ pub struct Cluster {
 
 impl Cluster {
     pub async fn connect(kubeconfig: &Path) -> Self {
-        let kc = Kubeconfig::read_from(kubeconfig).unwrap_or_else(|e| {
-            panic!(
-                "cannot read {} ({e}); start the cluster (`make cluster-up`, or `make test`)",
-                kubeconfig.display()
-            )
-        });
-        let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-            .await
-            .expect("usable kubeconfig");
-        let client = Client::try_from(config).expect("client from kubeconfig");
-        client.apiserver_version().await.unwrap_or_else(|e| {
-            panic!(
-                "the cluster of {} does not answer: {e}",
-                kubeconfig.display()
-            )
-        });
+        let client = haltsql_testkit::cluster::connect(kubeconfig).await;
         Cluster {
             kubeconfig: kubeconfig.to_owned(),
             client,
@@ -46,7 +31,7 @@ impl Cluster {
 
     /// `bin/kubectl` (or `kubectl` from PATH when `bin/` has none) with this kubeconfig.
     pub fn kubectl(&self) -> Command {
-        let local = support::repo_root().join("bin/kubectl");
+        let local = repo_root().join("bin/kubectl");
         let mut cmd = if local.exists() {
             Command::new(local)
         } else {
@@ -58,7 +43,7 @@ impl Cluster {
 
     /// Runs kubectl; panics with its output unless it succeeds.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
-        support::run_ok(self.kubectl().args(args))
+        run_ok(self.kubectl().args(args))
     }
 
     /// Runs kubectl and returns (success, stdout, stderr) without judging.

@@ -17,20 +17,19 @@
 
 mod bundle;
 mod cluster;
-mod http;
 mod identity;
 mod operator;
 mod provider;
 mod serve;
-#[path = "../tests/support/mod.rs"]
-mod support;
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use haltsql_testkit::paths::{haltsql_bin, repo_root};
+use haltsql_testkit::wait::eventually_every;
+use haltsql_testkit::{fixtures, http};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -50,6 +49,8 @@ const POLICY_NAME: &str = "orders-agent";
 const TOKEN_SECRET: &str = "haltsql-tokens";
 const REPLICAS: usize = 2;
 const WAIT: Duration = Duration::from_secs(180);
+/// How often waits poll: their checks run kubectl or open port-forwards.
+const POLL: Duration = Duration::from_millis(250);
 /// The operator's `--rollout-deadline-seconds` (the Deployments'
 /// progressDeadlineSeconds): short, so a stalled rollout reports
 /// `RolloutFailed` within the scenario, long enough for a pod to start.
@@ -92,7 +93,7 @@ pub fn resync_seconds() -> u64 {
 async fn end_to_end() {
     step("start");
     let namespace = format!("haltsql-e2e-{}", std::process::id());
-    let dir = support::repo_root().join(".cache/e2e").join(&namespace);
+    let dir = repo_root().join(".cache/e2e").join(&namespace);
     std::fs::create_dir_all(&dir).expect("log directory");
     eprintln!("e2e: logs in {}", dir.display());
 
@@ -273,7 +274,7 @@ impl Run {
     /// content (different from `old_checksum`), returns the checksum.
     async fn converged(&mut self, old_checksum: Option<&str>) -> String {
         let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        wait_for("server and policy converged", WAIT, || {
+        eventually_every("server and policy converged", WAIT, POLL, || {
             let (cluster, ns) = (cluster.clone(), ns.clone());
             async move {
                 let server = cluster
@@ -411,9 +412,10 @@ impl Run {
         let old_uid = netpols.get(SERVER).await.expect("networkpolicy").uid();
         self.cluster
             .kubectl_ok(&["-n", &self.ns, "delete", "networkpolicy", SERVER]);
-        wait_for(
+        eventually_every(
             "the NetworkPolicy re-created",
             Duration::from_secs(30),
+            POLL,
             || {
                 let netpols = netpols.clone();
                 let old_uid = old_uid.clone();
@@ -545,7 +547,7 @@ impl Run {
 
         step("5. kill the leader operator pod as soon as it applied the new Deployment");
         let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        wait_for("the new pod template", WAIT, || {
+        eventually_every("the new pod template", WAIT, POLL, || {
             let (cluster, ns, old) = (cluster.clone(), ns.clone(), old_template.clone());
             async move {
                 let now = template_checksum(&cluster, &ns, SERVER).await?;
@@ -634,7 +636,7 @@ impl Run {
         step("the new pod exits 2 and names the problem in its log");
         let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
         let old = old_rs.clone();
-        let (pod, log) = wait_for("a new pod that exited 2", WAIT, || {
+        let (pod, log) = eventually_every("a new pod that exited 2", WAIT, POLL, || {
             let (cluster, ns, old) = (cluster.clone(), ns.clone(), old.clone());
             async move { failed_new_pod(&cluster, &ns, &old).await }
         })
@@ -700,9 +702,10 @@ impl Run {
                 .kubectl_ok(&["-n", &self.ns, "delete", "pod", victim, "--wait=true"]);
             let (cluster, ns, set) = (self.cluster.clone(), self.ns.clone(), old_set.clone());
             let gone = victim.clone();
-            serving = wait_for(
+            serving = eventually_every(
                 &format!("a ready replacement of {victim} in {old_rs}"),
                 WAIT,
+                POLL,
                 || {
                     let (cluster, ns, set, gone) =
                         (cluster.clone(), ns.clone(), set.clone(), gone.clone());
@@ -778,7 +781,7 @@ impl Run {
     ) {
         let servers = self.cluster.servers(&self.ns);
         let ok = &ok;
-        wait_for(what, timeout, || {
+        eventually_every(what, timeout, POLL, || {
             let servers = servers.clone();
             async move {
                 let server = servers.get(SERVER).await.map_err(|e| e.to_string())?;
@@ -807,53 +810,58 @@ impl Run {
             .apply(Some(&self.ns), &policy_manifest(COLUMNS_V2, true));
 
         let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        wait_for("the conditions to report the invalid policy", WAIT, || {
-            let (cluster, ns) = (cluster.clone(), ns.clone());
-            async move {
-                let policy = cluster
-                    .policies(&ns)
-                    .get(POLICY)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let server = cluster
-                    .servers(&ns)
-                    .get(SERVER)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let valid = condition(&policy, "Valid");
-                let synced = condition(&policy, "Synced");
-                let ready = condition(&server, "PoliciesReady");
-                let server_ready = condition(&server, "Ready");
-                let current = valid.as_ref().and_then(|c| c.observed_generation)
-                    == policy.metadata.generation;
-                let ok = current
-                    && valid.as_ref().is_some_and(|c| {
-                        c.status == "False"
-                            && c.reason == "ValidationFailed"
-                            && c.message.contains("colums")
-                    })
-                    && synced
-                        .as_ref()
-                        .is_some_and(|c| c.status == "False" && c.reason == "NotValid")
-                    && ready.as_ref().is_some_and(|c| {
-                        c.status == "False"
-                            && c.reason == "PolicyNotValid"
-                            && c.message.contains(POLICY)
-                    })
-                    && server_ready
-                        .as_ref()
-                        .is_some_and(|c| c.status == "False" && c.reason == "PolicyNotValid");
-                if ok {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "policy {}\nserver {}",
-                        describe(&policy),
-                        describe(&server)
-                    ))
+        eventually_every(
+            "the conditions to report the invalid policy",
+            WAIT,
+            POLL,
+            || {
+                let (cluster, ns) = (cluster.clone(), ns.clone());
+                async move {
+                    let policy = cluster
+                        .policies(&ns)
+                        .get(POLICY)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let server = cluster
+                        .servers(&ns)
+                        .get(SERVER)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let valid = condition(&policy, "Valid");
+                    let synced = condition(&policy, "Synced");
+                    let ready = condition(&server, "PoliciesReady");
+                    let server_ready = condition(&server, "Ready");
+                    let current = valid.as_ref().and_then(|c| c.observed_generation)
+                        == policy.metadata.generation;
+                    let ok = current
+                        && valid.as_ref().is_some_and(|c| {
+                            c.status == "False"
+                                && c.reason == "ValidationFailed"
+                                && c.message.contains("colums")
+                        })
+                        && synced
+                            .as_ref()
+                            .is_some_and(|c| c.status == "False" && c.reason == "NotValid")
+                        && ready.as_ref().is_some_and(|c| {
+                            c.status == "False"
+                                && c.reason == "PolicyNotValid"
+                                && c.message.contains(POLICY)
+                        })
+                        && server_ready
+                            .as_ref()
+                            .is_some_and(|c| c.status == "False" && c.reason == "PolicyNotValid");
+                    if ok {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "policy {}\nserver {}",
+                            describe(&policy),
+                            describe(&server)
+                        ))
+                    }
                 }
-            }
-        })
+            },
+        )
         .await;
 
         // Give a wrong operator time to do the wrong thing.
@@ -955,59 +963,64 @@ impl Run {
             "--timeout=60s",
         ]);
         let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-        wait_for("garbage collection of the owned objects", WAIT, || {
-            let (cluster, ns) = (cluster.clone(), ns.clone());
-            async move {
-                let c = cluster.client.clone();
-                let mut left = Vec::new();
-                if exists::<Deployment>(&c, &ns, SERVER).await {
-                    left.push("Deployment".to_owned());
+        eventually_every(
+            "garbage collection of the owned objects",
+            WAIT,
+            POLL,
+            || {
+                let (cluster, ns) = (cluster.clone(), ns.clone());
+                async move {
+                    let c = cluster.client.clone();
+                    let mut left = Vec::new();
+                    if exists::<Deployment>(&c, &ns, SERVER).await {
+                        left.push("Deployment".to_owned());
+                    }
+                    // Every per-configuration ConfigMap `<server>-haltsql-config-<hash>`.
+                    let prefix = format!("{SERVER}-haltsql-config-");
+                    match Api::<ConfigMap>::namespaced(c.clone(), &ns)
+                        .list_metadata(&Default::default())
+                        .await
+                    {
+                        Ok(list) => left.extend(
+                            list.items
+                                .into_iter()
+                                .filter_map(|cm| cm.metadata.name)
+                                .filter(|n| n.starts_with(&prefix))
+                                .map(|n| format!("ConfigMap {n}")),
+                        ),
+                        Err(e) => left.push(format!("ConfigMaps (list failed: {e})")),
+                    }
+                    if exists::<Service>(&c, &ns, SERVER).await {
+                        left.push("Service".to_owned());
+                    }
+                    if exists::<PodDisruptionBudget>(&c, &ns, SERVER).await {
+                        left.push("PodDisruptionBudget".to_owned());
+                    }
+                    if exists::<NetworkPolicy>(&c, &ns, SERVER).await {
+                        left.push("NetworkPolicy".to_owned());
+                    }
+                    let sets = Api::<ReplicaSet>::namespaced(c.clone(), &ns)
+                        .list(&ListParams::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    left.extend(
+                        sets.items
+                            .iter()
+                            .map(|r| format!("ReplicaSet {}", r.name_any())),
+                    );
+                    let pods = Api::<Pod>::namespaced(c, &ns)
+                        .list(&ListParams::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    left.extend(pods.items.iter().map(|p| format!("Pod {}", p.name_any())));
+                    if left.is_empty() {
+                        Ok(())
+                    } else {
+                        Err(format!("still there: {left:?}"))
+                    }
                 }
-                // Every per-configuration ConfigMap `<server>-haltsql-config-<hash>`.
-                let prefix = format!("{SERVER}-haltsql-config-");
-                match Api::<ConfigMap>::namespaced(c.clone(), &ns)
-                    .list_metadata(&Default::default())
-                    .await
-                {
-                    Ok(list) => left.extend(
-                        list.items
-                            .into_iter()
-                            .filter_map(|cm| cm.metadata.name)
-                            .filter(|n| n.starts_with(&prefix))
-                            .map(|n| format!("ConfigMap {n}")),
-                    ),
-                    Err(e) => left.push(format!("ConfigMaps (list failed: {e})")),
-                }
-                if exists::<Service>(&c, &ns, SERVER).await {
-                    left.push("Service".to_owned());
-                }
-                if exists::<PodDisruptionBudget>(&c, &ns, SERVER).await {
-                    left.push("PodDisruptionBudget".to_owned());
-                }
-                if exists::<NetworkPolicy>(&c, &ns, SERVER).await {
-                    left.push("NetworkPolicy".to_owned());
-                }
-                let sets = Api::<ReplicaSet>::namespaced(c.clone(), &ns)
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                left.extend(
-                    sets.items
-                        .iter()
-                        .map(|r| format!("ReplicaSet {}", r.name_any())),
-                );
-                let pods = Api::<Pod>::namespaced(c, &ns)
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                left.extend(pods.items.iter().map(|p| format!("Pod {}", p.name_any())));
-                if left.is_empty() {
-                    Ok(())
-                } else {
-                    Err(format!("still there: {left:?}"))
-                }
-            }
-        })
+            },
+        )
         .await;
         self.pods.stop_all();
 
@@ -1104,14 +1117,15 @@ impl Run {
         s3.publish(&signer.bundle("v2", &policy_document(COLUMNS_V2, false)));
         let poll = Duration::from_secs(BUNDLE_POLL_SECONDS);
         for ep in &endpoints {
-            wait_for(
+            eventually_every(
                 &format!("pod {} to serve bundle v2", ep.pod),
                 6 * poll,
+                POLL,
                 || async {
                     match http::verify(ep.addr, Some(&token), UPDATE_QUERY).await {
                         Ok(r) if r.status == 200 && r.json()["allowed"] == true => Ok(()),
                         Ok(r) => Err(format!("{} {}", r.status, r.body)),
-                        Err(e) => Err(e),
+                        Err(e) => Err(e.to_string()),
                     }
                 },
             )
@@ -1129,9 +1143,10 @@ impl Run {
         s3.stop();
         for ep in &endpoints {
             let (cluster, ns) = (self.cluster.clone(), self.ns.clone());
-            wait_for(
+            eventually_every(
                 &format!("pod {} to log a failed poll", ep.pod),
                 6 * poll,
+                POLL,
                 || {
                     let (cluster, ns) = (cluster.clone(), ns.clone());
                     async move {
@@ -1319,9 +1334,10 @@ impl Run {
 
         step("9. the audit events reach the S3 server");
         let bucket = audit.bucket_dir(AUDIT_BUCKET);
-        wait_for(
+        eventually_every(
             "audit objects in the S3 bucket",
             Duration::from_secs(90),
+            POLL,
             || {
                 let bucket = bucket.clone();
                 async move {
@@ -1429,50 +1445,32 @@ impl Drop for Run {
 
 // ---- manifests ----------------------------------------------------------------
 
-const COLUMNS_V1: &str = "[id, status, total_cents]";
-const COLUMNS_V2: &str = "[id, status, total_cents, created_at]";
+const COLUMNS_V1: &[&str] = &["id", "status", "total_cents"];
+const COLUMNS_V2: &[&str] = &["id", "status", "total_cents", "created_at"];
 const UPDATE_QUERY: &str = "SELECT id, created_at FROM orders LIMIT 10";
 
-/// The quick-start policy document; `broken` misspells `columns` (an unknown key).
-fn policy_document(columns: &str, broken: bool) -> String {
-    let key = if broken { "colums" } else { "columns" };
-    format!(
-        r#"apiVersion: haltsql.dev/v1
-kind: Policy
-metadata:
-  name: {POLICY_NAME}
-dialect: postgres
-search_path: [app]
-statements:
-  allow: [select]
-require_limit:
-  max: 100
-tables:
-  app.orders:
-    {key}: {columns}
-"#
-    )
+/// The quick-start policy document of config/samples with `columns`;
+/// `broken` misspells `columns` (an unknown key).
+fn policy_document(columns: &[&str], broken: bool) -> String {
+    let document = fixtures::quick_start_policy_document(columns);
+    if broken {
+        document.replace("columns:", "colums:")
+    } else {
+        document
+    }
 }
 
 /// The HaltSQLPolicy `orders` holding the quick-start policy inline.
-fn policy_manifest(columns: &str, broken: bool) -> String {
+fn policy_manifest(columns: &[&str], broken: bool) -> String {
     named_policy_manifest(POLICY, columns, broken)
 }
 
-fn named_policy_manifest(object: &str, columns: &str, broken: bool) -> String {
-    let document: String = policy_document(columns, broken)
-        .lines()
-        .map(|l| format!("    {l}\n"))
-        .collect();
-    format!(
-        r#"apiVersion: haltsql.dev/v1alpha1
-kind: HaltSQLPolicy
-metadata:
-  name: {object}
-spec:
-  policy: |
-{document}"#
-    )
+/// config/samples' quick-start HaltSQLPolicy, named `object`.
+fn named_policy_manifest(object: &str, columns: &[&str], broken: bool) -> String {
+    let mut policy = fixtures::quick_start_policy();
+    policy["metadata"]["name"] = object.into();
+    policy["spec"]["policy"] = policy_document(columns, broken).into();
+    fixtures::to_yaml(&[policy])
 }
 
 /// config/samples' bundle policy with its source pointed at the local S3
@@ -1480,8 +1478,7 @@ spec:
 /// and the shortest poll interval. Returns the object's name, the sample's
 /// name prefix and the manifest.
 fn bundle_policy_manifest(s3: &bundle::S3Peer, public_pem: &str) -> (String, String, String) {
-    let path =
-        support::repo_root().join("config/samples/haltsql_v1alpha1_haltsqlpolicy_bundle.yaml");
+    let path = repo_root().join("config/samples/haltsql_v1alpha1_haltsqlpolicy_bundle.yaml");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut sample: serde_yaml::Value = serde_yaml::from_str(&text).expect("the bundle sample");
     let name = sample["metadata"]["name"]
@@ -1577,39 +1574,20 @@ spec:
     )
 }
 
-/// The two-replica server; `broken` adds a token whose Secret key holds no hash.
+/// config/samples' quick-start server (two replicas) running `image`;
+/// `broken` adds a token whose Secret key holds no hash.
 fn server_manifest(image: &str, broken: bool) -> String {
-    let broken_token = if broken {
-        format!(
-            "      - name: {BROKEN_TOKEN}\n        policy: {POLICY_NAME}\n        sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {BROKEN_KEY} }}\n"
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        r#"apiVersion: haltsql.dev/v1alpha1
-kind: HaltSQLServer
-metadata:
-  name: {SERVER}
-spec:
-  replicas: {REPLICAS}
-  image: {image}
-  imagePullPolicy: IfNotPresent
-  policies:
-    - name: {POLICY}
-  auth:
-    tokens:
-      - name: {POLICY_NAME}
-        policy: {POLICY_NAME}
-        sha256SecretRef: {{ name: {TOKEN_SECRET}, key: {POLICY_NAME}.sha256 }}
-{broken_token}  podDisruptionBudget:
-    enabled: true
-  networkPolicy:
-    enabled: true
-    ingressFrom:
-      - podSelector: {{ matchLabels: {{ app: {POLICY_NAME} }} }}
-"#
-    )
+    let mut server = fixtures::quick_start_server();
+    server["spec"]["image"] = image.into();
+    server["spec"]["imagePullPolicy"] = "IfNotPresent".into();
+    if broken && let Some(tokens) = server["spec"]["auth"]["tokens"].as_array_mut() {
+        tokens.push(serde_json::json!({
+            "name": BROKEN_TOKEN,
+            "policy": POLICY_NAME,
+            "sha256SecretRef": {"name": TOKEN_SECRET, "key": BROKEN_KEY}
+        }));
+    }
+    fixtures::to_yaml(&[server])
 }
 
 // ---- verify assertions ------------------------------------------------------------
@@ -1683,7 +1661,7 @@ fn random_token() -> String {
 fn hash_token(token: &str) -> String {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let mut child = Command::new(support::haltsql_bin())
+    let mut child = Command::new(haltsql_bin())
         .arg("hash-token")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -1799,22 +1777,4 @@ async fn failed_new_pod(
         }
     }
     Err(format!("new pods: {seen:?}"))
-}
-
-/// Polls `check` until it returns Ok; panics with the last error after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, String>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        match check().await {
-            Ok(v) => return v,
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last state:\n{e}")
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
-        }
-    }
 }

@@ -6,8 +6,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::cluster::Cluster;
-use crate::http;
 use crate::provider::PortForward;
+use haltsql_testkit::http;
+use haltsql_testkit::prometheus::Metrics;
 
 /// The operator's namespace and ServiceAccount (config/rbac).
 pub const NAMESPACE: &str = "haltsql-system";
@@ -57,12 +58,12 @@ impl Operator {
 
     /// `haltsql_operator_api_writes_total`, all series.
     pub async fn api_writes(&self) -> u64 {
-        http::metric_sum(&self.scrape().await, "haltsql_operator_api_writes_total") as u64
+        Metrics(self.scrape().await).sum("haltsql_operator_api_writes_total") as u64
     }
 
     /// `haltsql_operator_reconciles_total`, all series.
     pub async fn reconciles(&self) -> u64 {
-        http::metric_sum(&self.scrape().await, "haltsql_operator_reconciles_total") as u64
+        Metrics(self.scrape().await).sum("haltsql_operator_reconciles_total") as u64
     }
 
     /// `kubectl get lease -o OUTPUT` of the leader Lease.
@@ -88,7 +89,7 @@ impl Operator {
             if let Some(pod) = self.lease_holder_pod().filter(|p| Some(p.as_str()) != not) {
                 match PortForward::start(&self.cluster, NAMESPACE, &format!("pod/{pod}"), 8080) {
                     Ok(fwd) => match http::get(fwd.addr, "/metrics").await {
-                        Ok(r) if http::metric_sum(&r.body, "haltsql_operator_leader") >= 1.0 => {
+                        Ok(r) if Metrics(r.body.clone()).sum("haltsql_operator_leader") >= 1.0 => {
                             self.leader = Some(Leader {
                                 pod,
                                 metrics: fwd.addr,

@@ -20,7 +20,8 @@ use std::time::Duration;
 
 use crate::cluster::Cluster;
 use crate::operator::{self, Operator};
-use crate::support;
+use haltsql_testkit::cluster::run_ok;
+use haltsql_testkit::paths::repo_root;
 
 pub const KIND_CLUSTER: &str = "haltsql-operator";
 
@@ -58,7 +59,7 @@ impl Provider {
                 let (operator_image, haltsql_image) = node_images();
                 Provider {
                     kind,
-                    cluster: Cluster::connect(&support::Cluster::Node.kubeconfig()).await,
+                    cluster: Cluster::connect(&haltsql_testkit::Cluster::Node.kubeconfig()).await,
                     operator_image,
                     haltsql_image,
                 }
@@ -72,7 +73,7 @@ impl Provider {
                 let kubeconfig = kind_cluster(dir);
                 for image in [&operator_image, &haltsql_image] {
                     crate::step(&format!("loading {image} into kind"));
-                    support::run_ok(
+                    run_ok(
                         Command::new("kind")
                             .args(["load", "docker-image", "--name", KIND_CLUSTER])
                             .arg(image),
@@ -101,10 +102,10 @@ impl Provider {
             "--wait=true",
             "--timeout=180s",
         ]);
-        let manifests = support::run_ok(
+        let manifests = run_ok(
             Command::new("make")
                 .args(["-s", "--no-print-directory", "-C"])
-                .arg(support::repo_root())
+                .arg(repo_root())
                 .arg("install-manifests")
                 .arg(format!("IMG={}", self.operator_image))
                 .env_remove("MAKEFLAGS")
@@ -193,9 +194,9 @@ fn keep_cluster() -> bool {
 fn node_images() -> (String, String) {
     let dir = std::env::var_os("HALTSQL_IMAGES_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| support::repo_root().join(".cache/images"));
+        .unwrap_or_else(|| repo_root().join(".cache/images"));
     let mut tags = Vec::new();
-    let mut load = Command::new(support::repo_root().join("hack/cluster.sh"));
+    let mut load = Command::new(repo_root().join("hack/cluster.sh"));
     load.args(["load", "node"]);
     for name in ["haltsql-operator", "haltsql"] {
         let archive = dir.join(format!("{name}.tar"));
@@ -205,7 +206,7 @@ fn node_images() -> (String, String) {
         load.arg(archive);
     }
     crate::step(&format!("importing {tags:?} into the node's containerd"));
-    support::run_ok(&mut load);
+    run_ok(&mut load);
     (tags[0].clone(), tags[1].clone())
 }
 
@@ -213,10 +214,10 @@ fn node_images() -> (String, String) {
 /// (unless HALTSQL_IMAGE names one) and the operator image on top of it.
 fn kind_images() -> (String, String) {
     let make = |args: &[&str]| {
-        support::run_ok(
+        run_ok(
             Command::new("make")
                 .arg("-C")
-                .arg(support::repo_root())
+                .arg(repo_root())
                 .args(args)
                 .env_remove("MAKEFLAGS")
                 .env_remove("MFLAGS")
@@ -242,10 +243,10 @@ fn kind_images() -> (String, String) {
 
 /// Creates the kind cluster (or reuses it) and writes its kubeconfig into `dir`.
 fn kind_cluster(dir: &Path) -> PathBuf {
-    let clusters = support::run_ok(Command::new("kind").args(["get", "clusters"]));
+    let clusters = run_ok(Command::new("kind").args(["get", "clusters"]));
     if !clusters.lines().any(|l| l.trim() == KIND_CLUSTER) {
         crate::step(&format!("creating the kind cluster {KIND_CLUSTER}"));
-        support::run_ok(Command::new("kind").args([
+        run_ok(Command::new("kind").args([
             "create",
             "cluster",
             "--name",
@@ -255,8 +256,7 @@ fn kind_cluster(dir: &Path) -> PathBuf {
         ]));
     }
     let kubeconfig = dir.join("kind.kubeconfig");
-    let text =
-        support::run_ok(Command::new("kind").args(["get", "kubeconfig", "--name", KIND_CLUSTER]));
+    let text = run_ok(Command::new("kind").args(["get", "kubeconfig", "--name", KIND_CLUSTER]));
     std::fs::write(&kubeconfig, text).expect("write the kind kubeconfig");
     kubeconfig
 }

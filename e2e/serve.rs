@@ -12,8 +12,8 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::cluster::Cluster;
-use crate::http;
 use crate::provider::PortForward;
+use haltsql_testkit::http;
 
 pub const CHECKSUM_ANNOTATION: &str = "haltsql.dev/config-checksum";
 /// The container port of `server.listen` (the verify API).
@@ -192,7 +192,7 @@ async fn wait_ready(addr: SocketAddr, pod: &str) -> Result<(), String> {
         match http::get(addr, "/readyz").await {
             Ok(r) if r.status == 200 => return Ok(()),
             Ok(r) => last = format!("/readyz {}: {}", r.status, r.body),
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

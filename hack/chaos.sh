@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make chaos`: the full fault suite (tests/chaos.rs with HALTSQL_CHAOS=full)
+# `make chaos`: the full fault suite (tests/chaos/ with HALTSQL_CHAOS=full)
 # on its own local cluster (`hack/cluster.sh up chaos`), which it starts if
 # needed and stops again if it started it. Prints one table per scenario.
 set -euo pipefail

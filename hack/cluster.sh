@@ -15,7 +15,7 @@
 #          with one fake Node; kubeconfig at .cluster/kubeconfig.
 # envtest: etcd and kube-apiserver only (no controllers: tests write Deployment
 #          status themselves); kubeconfig at .cluster/envtest/kubeconfig.
-# chaos:   like full, for the fault suite (tests/chaos.rs), which restarts its
+# chaos:   like full, for the fault suite (tests/chaos/), which restarts its
 #          kube-apiserver and etcd: its own ports and state (.cluster/chaos), an
 #          audit log of writes (logs/audit.log) and etcd compaction every 10 s
 #          (so a watch resumed after an outage may get 410 Gone).

@@ -2,7 +2,7 @@
 # `make images`: the haltsql image and the operator image as image archives,
 # without Docker or a registry, from this workspace's release binaries.
 #
-# The images mirror the Dockerfiles (tests/manifests_docker.rs checks that
+# The images mirror the Dockerfiles (tests/integration/manifests_docker.rs checks that
 # they agree): the distroless "cc" layout (glibc and libgcc from this Debian
 # machine, CA certificates, a passwd entry for the nonroot user 65532), the
 # binaries in /usr/local/bin, user 65532:65532, the same entrypoints. The

@@ -45,7 +45,7 @@ done
 export HALTSQL_TEST_KUBECONFIG="$root/.cluster/full/kubeconfig"
 export HALTSQL_ENVTEST_KUBECONFIG="$root/.cluster/envtest/kubeconfig"
 export HALTSQL_NODE_KUBECONFIG="$root/.cluster/node/kubeconfig"
-# The fault suite's own cluster (tests/chaos.rs restarts its API server and
+# The fault suite's own cluster (tests/chaos/ restarts its API server and
 # etcd); `make test` runs its short form, `make chaos` the full one.
 export HALTSQL_CHAOS_KUBECONFIG="$root/.cluster/chaos/kubeconfig"
 

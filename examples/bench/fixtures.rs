@@ -2,6 +2,7 @@
 //! which server references which policy. Pure functions of the layout, so the
 //! operator run and the `kubectl apply` floor get exactly the same objects.
 
+use haltsql_testkit::fixtures;
 use serde_json::{Value, json};
 
 /// Label on every namespace and custom resource the benchmark creates.
@@ -84,16 +85,17 @@ pub fn server_name(s: usize) -> String {
 /// A typical policy document, unique per namespace, policy and edit so that
 /// no two documents share a validator cache entry.
 pub fn policy_document(ns: usize, p: usize, edit: Option<usize>) -> String {
-    let mut columns = format!("id, status, total_cents, created_at, c{ns}_{p}");
-    if let Some(e) = edit {
-        columns.push_str(&format!(", edit_{e}"));
-    }
-    format!(
-        "apiVersion: haltsql.dev/v1\nkind: Policy\nmetadata:\n  name: {name}\ndialect: postgres\n\
-         search_path: [app]\nstatements:\n  allow: [select]\nrequire_limit:\n  max: 100\n\
-         tables:\n  app.orders:\n    columns: [{columns}]\n  app.customers:\n    columns: [id, country]\n",
-        name = policy_name(p)
-    )
+    let unique = format!("c{ns}_{p}");
+    let edited = edit.map(|e| format!("edit_{e}"));
+    let mut columns = vec!["id", "status", "total_cents", "created_at", &unique];
+    columns.extend(edited.as_deref());
+    // The quick start of config/samples, renamed, with one more table.
+    let mut document = fixtures::quick_start_policy_document(&columns).replace(
+        "name: orders-agent\n",
+        &format!("name: {}\n", policy_name(p)),
+    );
+    document.push_str("  app.customers:\n    columns: [id, country]\n");
+    document
 }
 
 pub fn namespace_object(name: &str) -> Value {

@@ -35,7 +35,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -44,7 +43,8 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use fixtures::{FLOOR_PREFIX, Layout, OP_PREFIX};
-use operator::{Operator, grown};
+use haltsql_testkit::prometheus::{Metrics, grown};
+use operator::Operator;
 use report::{Table, mib, ms, percentile, secs, verdict};
 use track::{Tracker, no_fingerprint};
 
@@ -355,20 +355,6 @@ fn population(w: &Watches) -> (usize, usize, usize) {
 fn converged(w: &Watches, layout: &Layout) -> bool {
     let (_, done, ready) = population(w);
     done == layout.total_policies() && ready == layout.total_servers()
-}
-
-async fn client_from(path: &Path) -> Result<Client> {
-    let kubeconfig =
-        Kubeconfig::read_from(path).with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .context("kubeconfig")?;
-    let client = Client::try_from(config)?;
-    client
-        .apiserver_version()
-        .await
-        .context("the cluster does not answer; start it with `hack/cluster.sh up full`")?;
-    Ok(client)
 }
 
 /// Creates many objects, 16 requests at a time.
@@ -761,7 +747,7 @@ struct ColdWrites {
 }
 
 impl ColdWrites {
-    fn from(m: &operator::Metrics, policies: usize, servers: usize) -> Self {
+    fn from(m: &Metrics, policies: usize, servers: usize) -> Self {
         let labelled = |name: &str, wanted: &[&str]| -> f64 {
             m.series(name)
                 .iter()
@@ -829,7 +815,7 @@ async fn main() -> Result<()> {
     );
     eprintln!("bench: {scale}");
 
-    let client = client_from(&args.kubeconfig).await?;
+    let client = haltsql_testkit::cluster::try_connect(&args.kubeconfig).await?;
     eprintln!("bench: removing namespaces left by an earlier run");
     delete_namespaces(&client, true).await?;
     let w = Watches::start(&client);

@@ -7,7 +7,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use haltsql_testkit::http;
+use haltsql_testkit::launcher::Flags;
+use haltsql_testkit::prometheus::Metrics;
 
 /// One /proc sample of the operator process.
 #[derive(Clone, Copy, Debug, Default)]
@@ -29,12 +31,6 @@ pub struct Operator {
     samples: Arc<Mutex<Vec<Sample>>>,
     sampler: tokio::task::JoinHandle<()>,
     pub log: PathBuf,
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
 }
 
 fn clock_ticks() -> f64 {
@@ -77,18 +73,11 @@ impl Operator {
         namespaces: &[String],
         log: PathBuf,
     ) -> Result<Self> {
-        let metrics_port = free_port()?;
-        let health_port = free_port()?;
+        let flags = Flags::new(haltsql.to_path_buf(), namespaces)?;
         let log_file =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = tokio::process::Command::new(binary)
-            .arg("--haltsql-binary")
-            .arg(haltsql)
-            .arg(format!("--watch-namespaces={}", namespaces.join(",")))
-            .arg(format!("--metrics-bind-address=127.0.0.1:{metrics_port}"))
-            .arg(format!(
-                "--health-probe-bind-address=127.0.0.1:{health_port}"
-            ))
+            .args(flags.args())
             .env("KUBECONFIG", kubeconfig)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -124,8 +113,8 @@ impl Operator {
         Ok(Operator {
             child,
             pid,
-            metrics_port,
-            health_port,
+            metrics_port: flags.metrics_port,
+            health_port: flags.health_port,
             started,
             samples,
             sampler,
@@ -159,29 +148,13 @@ impl Operator {
         read_status_kib(self.pid, "VmHWM").unwrap_or(0)
     }
 
-    async fn get(&self, port: u16, path: &str) -> Result<(u16, String)> {
-        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        tcp.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-            .await?;
-        let mut response = String::new();
-        tcp.read_to_string(&mut response).await?;
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((status, body))
-    }
-
     /// Waits for `/readyz` to answer 200.
     pub async fn wait_ready(&mut self, timeout: Duration) -> Result<Duration> {
         let deadline = Instant::now() + timeout;
         loop {
-            if let Ok((200, _)) = self.get(self.health_port, "/readyz").await {
+            if let Ok(http::Response { status: 200, .. }) =
+                http::get_local(self.health_port, "/readyz").await
+            {
                 return Ok(self.started.elapsed());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -195,11 +168,11 @@ impl Operator {
     }
 
     pub async fn metrics(&self) -> Result<Metrics> {
-        let (status, body) = self.get(self.metrics_port, "/metrics").await?;
-        if status != 200 {
-            bail!("/metrics answered {status}");
+        let response = http::get_local(self.metrics_port, "/metrics").await?;
+        if response.status != 200 {
+            bail!("/metrics answered {}", response.status);
         }
-        Ok(Metrics(body))
+        Ok(Metrics(response.body))
     }
 
     /// Fails if the operator has exited.
@@ -225,48 +198,4 @@ impl Operator {
         self.sampler.abort();
         Ok(())
     }
-}
-
-/// A `/metrics` scrape.
-pub struct Metrics(pub String);
-
-impl Metrics {
-    /// Sum of every series of `name`.
-    pub fn sum(&self, name: &str) -> f64 {
-        // `+ 0.0`: an empty f64 sum is -0.0.
-        self.series(name).iter().map(|(_, v)| v).sum::<f64>() + 0.0
-    }
-
-    /// `(labels, value)` of every series of `name`.
-    pub fn series(&self, name: &str) -> Vec<(String, f64)> {
-        self.0
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter_map(|l| {
-                let rest = l.strip_prefix(name)?;
-                if !(rest.starts_with('{') || rest.starts_with(' ')) {
-                    return None;
-                }
-                let (labels, value) = rest.rsplit_once(' ')?;
-                Some((labels.trim().to_owned(), value.parse().ok()?))
-            })
-            .collect()
-    }
-}
-
-/// Series of `name` whose value grew between two scrapes, as `labels: +delta`.
-pub fn grown(before: &Metrics, after: &Metrics, name: &str) -> Vec<String> {
-    let old = before.series(name);
-    after
-        .series(name)
-        .into_iter()
-        .filter_map(|(labels, v)| {
-            let was = old
-                .iter()
-                .find(|(l, _)| *l == labels)
-                .map(|(_, v)| *v)
-                .unwrap_or(0.0);
-            (v > was).then(|| format!("{labels}: +{}", v - was))
-        })
-        .collect()
 }

@@ -10,10 +10,10 @@
 //! `make chaos` (`HALTSQL_CHAOS=full`) the full one. `HALTSQL_CHAOS_SEED`
 //! repeats a run's random choices.
 
-#[path = "../manager_support/mod.rs"]
-mod manager_support;
-#[path = "../support/mod.rs"]
-mod support;
+// The integration tests' typed objects; the fault suite needs a few of them.
+#[path = "../integration/support/objects.rs"]
+#[allow(dead_code)]
+mod objects;
 
 mod checker;
 mod proxy;
@@ -28,9 +28,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use haltsql_operator::api::{HaltSQLPolicy, HaltSQLServer};
+use haltsql_testkit::identity::write_impersonating_kubeconfig;
+use haltsql_testkit::launcher::{OperatorProcess, Options};
+use haltsql_testkit::prometheus::Metrics;
+use haltsql_testkit::{Cluster, TestNamespace};
 use kube::api::Api;
-use manager_support::{OperatorProcess, Options};
-use support::{Cluster, TestNamespace};
 use workload::{Fingerprint, Workload};
 
 /// Generous bound for convergence after a fault (the figures are printed;
@@ -102,8 +104,8 @@ struct Env {
 
 impl Env {
     async fn new() -> Env {
-        support::ensure_crds(Cluster::Chaos);
-        let client = support::client_for(Cluster::Chaos).await;
+        Cluster::Chaos.ensure_crds();
+        let client = Cluster::Chaos.client().await;
         let kubeconfig = Cluster::Chaos.kubeconfig();
         let text = std::fs::read_to_string(&kubeconfig).unwrap();
         let server = text
@@ -129,7 +131,9 @@ impl Env {
 
     /// `hack/cluster.sh ARGS... ` for the chaos cluster.
     fn cluster_sh(&self, args: &[&str]) {
-        support::run_ok(Command::new(support::repo_root().join("hack/cluster.sh")).args(args));
+        haltsql_testkit::cluster::run_ok(
+            Command::new(haltsql_testkit::paths::repo_root().join("hack/cluster.sh")).args(args),
+        );
     }
 
     async fn namespace(&self, prefix: &str) -> TestNamespace {
@@ -193,10 +197,14 @@ impl Operator {
         }
     }
 
-    fn writes(&self) -> f64 {
-        self.process.as_ref().map_or(0.0, |p| {
-            p.metrics().value("haltsql_operator_api_writes_total", &[])
-        })
+    async fn writes(&self) -> f64 {
+        match &self.process {
+            Some(p) => p
+                .metrics()
+                .await
+                .value("haltsql_operator_api_writes_total", &[]),
+            None => 0.0,
+        }
     }
 
     /// Panics in any log, and log lines matching `needle`.
@@ -268,14 +276,14 @@ fn print_table(name: &str, row: &Row) {
 }
 
 async fn wait_converged(w: &Workload, client: &kube::Client) -> Fingerprint {
-    support::eventually("convergence to the final specs", CONVERGE, || async {
+    haltsql_testkit::eventually("convergence to the final specs", CONVERGE, || async {
         w.converged(client).await
     })
     .await
 }
 
 fn operator_options(ns: &str, kubeconfig: PathBuf, tmp: &Path) -> Options {
-    let mut options = Options::new(&[ns]);
+    let mut options = Options::new(PathBuf::from(env!("CARGO_BIN_EXE_haltsql-operator")), &[ns]);
     options.kubeconfig = kubeconfig;
     options.rust_log =
         std::env::var("HALTSQL_TEST_OPERATOR_LOG").unwrap_or_else(|_| "info".to_owned());
@@ -387,7 +395,7 @@ async fn kill_run(
     let fingerprint = wait_converged(&w, c).await;
     if kill {
         row.converge.push(restarted.elapsed());
-        row.outage.push(format!("{:.0}", op.writes()));
+        row.outage.push(format!("{:.0}", op.writes().await));
     }
     let (panics, _) = op.scan_logs("");
     // The invariants are confirmed while the operator still runs: the
@@ -456,17 +464,9 @@ async fn scenario_kills(env: &Env, rng: &mut Rng, runs: u32) -> Row {
 /// A kubeconfig whose user impersonates `user` (with the admin's group), so
 /// the API server's audit log names the replica behind every write.
 fn impersonating_kubeconfig(env: &Env, dir: &Path, user: &str) -> PathBuf {
-    let text = std::fs::read_to_string(&env.kubeconfig).unwrap();
-    let text = text.replace(
-        "  user:\n",
-        &format!("  user:\n    as: {user}\n    as-groups: [system:masters]\n"),
-    );
-    assert!(
-        text.contains(&format!("as: {user}")),
-        "kubeconfig has a user entry"
-    );
     let path = dir.join(format!("kubeconfig-{user}"));
-    std::fs::write(&path, text).unwrap();
+    write_impersonating_kubeconfig(&env.kubeconfig, user, &["system:masters"], &path)
+        .unwrap_or_else(|e| panic!("impersonating kubeconfig: {e}"));
     path
 }
 
@@ -498,18 +498,15 @@ fn audited_writes(ns: &str, users_prefix: &str) -> Vec<(String, String)> {
 }
 
 async fn leader_of(ops: &[Operator]) -> Option<usize> {
-    let leaders: Vec<usize> = ops
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| {
-            o.process.as_ref().is_some_and(|p| {
-                p.metrics_text().is_some_and(|m| {
-                    manager_support::Metrics(m).value("haltsql_operator_leader", &[]) == 1.0
-                })
-            })
-        })
-        .map(|(i, _)| i)
-        .collect();
+    let mut leaders = Vec::new();
+    for (i, o) in ops.iter().enumerate() {
+        let Some(p) = &o.process else { continue };
+        if let Some(text) = p.metrics_text().await
+            && Metrics(text).value("haltsql_operator_leader", &[]) == 1.0
+        {
+            leaders.push(i);
+        }
+    }
     (leaders.len() == 1).then(|| leaders[0])
 }
 
@@ -544,7 +541,8 @@ async fn failover_run(env: &Env, rng: &mut Rng, row: &mut Row) {
     let columns: [&[&str]; 3] = [&["id"], &["id", "status"], &["id", "total_cents"]];
     let mut takeovers = Vec::new();
     for failover in 0..2 {
-        let leader = support::eventually("exactly one leader", CONVERGE, || leader_of(&ops)).await;
+        let leader =
+            haltsql_testkit::eventually("exactly one leader", CONVERGE, || leader_of(&ops)).await;
         // Load: edits before and after the leader dies.
         for i in 0..4 {
             let (policy, doc_name) = [
@@ -565,7 +563,7 @@ async fn failover_run(env: &Env, rng: &mut Rng, row: &mut Row) {
         }
         let killed_at = Instant::now();
         let standby = 1 - leader;
-        support::eventually("the standby takes over", CONVERGE, || async {
+        haltsql_testkit::eventually("the standby takes over", CONVERGE, || async {
             (leader_of(&ops).await == Some(standby)).then_some(())
         })
         .await;
@@ -681,7 +679,7 @@ async fn writers_run(env: &Env, rng: &mut Rng, row: &mut Row) {
             .metadata
             .resource_version,
     );
-    let writes_before = op.writes();
+    let writes_before = op.writes().await;
 
     // Writer 1 (spawned): the servers' metadata and replicas.
     let servers: Api<HaltSQLServer> = Api::namespaced(c.clone(), &ns.name);
@@ -773,13 +771,13 @@ async fn writers_run(env: &Env, rng: &mut Rng, row: &mut Row) {
     wait_converged(&w, c).await;
     // No lost update: the last replica count the writer set is the Deployment's.
     let final_replicas =
-        support::eventually("the last replica count applied", CONVERGE, || async {
+        haltsql_testkit::eventually("the last replica count applied", CONVERGE, || async {
             let want = servers.get("hs-a").await.ok()?.spec.replicas;
             let have = deployments.get("hs-a").await.ok()?.spec?.replicas;
             (want.is_some() && want == have).then_some(want)
         })
         .await;
-    support::eventually("the deleted Service re-created", CONVERGE, || async {
+    haltsql_testkit::eventually("the deleted Service re-created", CONVERGE, || async {
         services.get_opt("hs-a").await.ok()?.map(|_| ())
     })
     .await;
@@ -825,14 +823,17 @@ async fn writers_run(env: &Env, rng: &mut Rng, row: &mut Row) {
         row.violations
             .push("a foreign object was written".to_owned());
     }
-    let metrics = op.process.as_ref().map(|p| p.metrics());
+    let metrics = match &op.process {
+        Some(p) => Some(p.metrics().await),
+        None => None,
+    };
     let conflicts = metrics.as_ref().map_or(0.0, |m| {
         m.value(
             "haltsql_operator_reconciles_total",
             &[("result", "conflict")],
         )
     });
-    let operator_writes = op.writes() - writes_before;
+    let operator_writes = op.writes().await - writes_before;
     let (panics, _) = op.scan_logs("");
     // The invariants are confirmed while the operator still runs: the
     // Deployment controller cleans up old ReplicaSets after the rollout, and
@@ -1046,7 +1047,8 @@ struct ClusterScoped(Vec<(&'static str, String)>);
 impl Drop for ClusterScoped {
     fn drop(&mut self) {
         for (kind, name) in &self.0 {
-            let _ = support::kubectl_for(Cluster::Chaos)
+            let _ = Cluster::Chaos
+                .kubectl()
                 .args(["delete", kind, name, "--ignore-not-found", "--wait=false"])
                 .output();
         }
@@ -1083,7 +1085,8 @@ async fn server_reasons(client: &kube::Client, ns: &str) -> Vec<String> {
         .iter()
         .filter_map(|s| {
             let status = s.status.as_ref()?;
-            let (st, reason) = support::condition(&status.conditions, "ConfigRendered")?;
+            let (st, reason) =
+                haltsql_testkit::status::condition(&status.conditions, "ConfigRendered")?;
             Some(format!("{st}/{reason}"))
         })
         .collect()
@@ -1215,7 +1218,7 @@ async fn refused_run(env: &Env, row: &mut Row) {
     )
     .await;
     // The refusal lasts: both servers must say so in ConfigRendered.
-    support::eventually("ConfigRendered=False/ApplyFailed", CONVERGE, || async {
+    haltsql_testkit::eventually("ConfigRendered=False/ApplyFailed", CONVERGE, || async {
         let reasons = server_reasons(c, &ns.name).await;
         (reasons.len() == 2 && reasons.iter().all(|r| r == "False/ApplyFailed")).then_some(())
     })
@@ -1342,7 +1345,7 @@ async fn refused_run(env: &Env, row: &mut Row) {
     let holder_label = format!("flow_schema=\"{holder_schema}\"");
     // The API server applies flow control settings within a second or so;
     // the seat is held once the holder's own requests are being rejected.
-    support::eventually("the seat holder holding the seat", CONVERGE, || async {
+    haltsql_testkit::eventually("the seat holder holding the seat", CONVERGE, || async {
         (apiserver_metric(
             c,
             "apiserver_flowcontrol_rejected_requests_total",
@@ -1440,7 +1443,7 @@ fn hang_mark() -> String {
 fn wrapper_script(dir: &Path, hang_mark: &str) -> (PathBuf, PathBuf) {
     let fixed = dir.join("fixed");
     let script = dir.join("haltsql-misbehaving");
-    let real = support::haltsql_bin();
+    let real = haltsql_testkit::paths::haltsql_bin();
     std::fs::write(
         &script,
         format!(
@@ -1510,7 +1513,7 @@ async fn policy_reason(api: &Api<HaltSQLPolicy>, name: &str) -> Option<String> {
     if status.observed_generation != p.metadata.generation {
         return None;
     }
-    let (s, r) = support::condition(&status.conditions, "Valid")?;
+    let (s, r) = haltsql_testkit::status::condition(&status.conditions, "Valid")?;
     Some(format!("{s}/{r}"))
 }
 
@@ -1550,7 +1553,7 @@ async fn validator_run(env: &Env, row: &mut Row) {
     // and their servers roll out.
     for f in faults {
         let name = format!("bad-{f}");
-        support::eventually(&format!("{name} ValidatorError"), CONVERGE, || async {
+        haltsql_testkit::eventually(&format!("{name} ValidatorError"), CONVERGE, || async {
             (policy_reason(&policies, &name).await? == "Unknown/ValidatorError").then_some(())
         })
         .await;
@@ -1575,7 +1578,7 @@ async fn validator_run(env: &Env, row: &mut Row) {
         all
     };
     // `good` sees only its own objects: check them through a filtered view.
-    support::eventually(
+    haltsql_testkit::eventually(
         "the well-behaved policies and servers converge",
         CONVERGE,
         || async {
@@ -1586,7 +1589,8 @@ async fn validator_run(env: &Env, row: &mut Row) {
             }
             for s in good.servers.keys() {
                 let server = servers.get(s).await.ok()?;
-                let (st, _) = support::condition(&server.status?.conditions, "Ready")?;
+                let (st, _) =
+                    haltsql_testkit::status::condition(&server.status?.conditions, "Ready")?;
                 if st != "True" {
                     return None;
                 }
@@ -1596,7 +1600,8 @@ async fn validator_run(env: &Env, row: &mut Row) {
     )
     .await;
     let hs_bad = servers.get("hs-bad").await.unwrap();
-    let gate = support::condition(&hs_bad.status.unwrap().conditions, "PoliciesReady");
+    let gate =
+        haltsql_testkit::status::condition(&hs_bad.status.unwrap().conditions, "PoliciesReady");
     if gate != Some(("False".to_owned(), "PolicyPendingValidation".to_owned())) {
         row.violations.push(format!(
             "hs-bad PoliciesReady is {gate:?}, not False/PolicyPendingValidation"
@@ -1620,10 +1625,13 @@ async fn validator_run(env: &Env, row: &mut Row) {
     tokio::time::sleep(Duration::from_secs(4)).await;
     let leftovers = validator_processes(&script, &mark);
     let left_dirs = entries(&tmp);
-    let validator_runs = op.process.as_ref().map_or(0.0, |p| {
-        p.metrics()
-            .value("haltsql_operator_validator_runs_total", &[])
-    });
+    let validator_runs = match &op.process {
+        Some(p) => p
+            .metrics()
+            .await
+            .value("haltsql_operator_validator_runs_total", &[]),
+        None => 0.0,
+    };
     row.outage
         .push(format!("{validator_runs:.0} validator runs"));
     if !leftovers.is_empty() {

@@ -8,16 +8,17 @@ use std::time::Duration;
 use haltsql_operator::api::{HaltSQLPolicy, HaltSQLServer};
 use haltsql_operator::render::{self, PolicyInput};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use sha2::{Digest, Sha256};
 
-use crate::support;
+use haltsql_testkit::fixtures;
+
+use crate::objects::{policy_object, quick_start_server_loading as server_object};
 
 /// A policy document named `name` (its `metadata.name`), allowing `columns`,
 /// with `description` when given (the misbehaving validator keys on it).
 pub fn document(name: &str, columns: &[&str], description: Option<&str>) -> String {
-    let doc = support::quick_start_policy_document(columns).replace("orders-agent", name);
+    let doc = fixtures::quick_start_policy_document(columns).replace("orders-agent", name);
     match description {
         Some(d) => doc.replace(
             &format!("metadata:\n  name: {name}\n"),
@@ -30,31 +31,6 @@ pub fn document(name: &str, columns: &[&str], description: Option<&str>) -> Stri
 /// A document haltsql rejects (a misspelt key).
 pub fn invalid_document(name: &str) -> String {
     document(name, &["id"], None).replace("columns:", "colums:")
-}
-
-pub fn server_object(name: &str, policies: &[&str]) -> HaltSQLServer {
-    let refs: Vec<serde_json::Value> = policies
-        .iter()
-        .map(|p| serde_json::json!({"name": p}))
-        .collect();
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "haltsql.dev/v1alpha1",
-        "kind": "HaltSQLServer",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 2,
-            "image": "ghcr.io/haltsql/haltsql:0.0.1",
-            "policies": refs,
-            "auth": {"tokens": [{
-                "name": "orders-agent",
-                "policy": "orders-agent",
-                "sha256SecretRef": {"name": "haltsql-tokens", "key": "orders-agent.sha256"}
-            }]},
-            "podDisruptionBudget": {"enabled": true},
-            "networkPolicy": {"enabled": true}
-        }
-    }))
-    .unwrap()
 }
 
 /// Policies (object name -> document) and servers (name -> policy objects).
@@ -86,20 +62,11 @@ impl Workload {
     }
 
     pub async fn create(&self, client: &kube::Client) {
-        let secrets: Api<Secret> = Api::namespaced(client.clone(), &self.ns);
-        let secret: Secret = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "haltsql-tokens"},
-            "stringData": {"orders-agent.sha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"}
-        }))
-        .unwrap();
-        secrets
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
+        fixtures::create_token_secret(client, &self.ns, fixtures::TEST_TOKEN_SHA256).await;
         let policies: Api<HaltSQLPolicy> = Api::namespaced(client.clone(), &self.ns);
         for (name, doc) in &self.policies {
             policies
-                .create(&PostParams::default(), &support::policy_object(name, doc))
+                .create(&PostParams::default(), &policy_object(name, doc))
                 .await
                 .unwrap();
         }
@@ -118,7 +85,7 @@ impl Workload {
     pub async fn edit(&mut self, client: &kube::Client, policy: &str, doc: String) {
         let policies: Api<HaltSQLPolicy> = Api::namespaced(client.clone(), &self.ns);
         let patch = serde_json::json!({"spec": {"policy": doc}});
-        support::eventually(
+        haltsql_testkit::eventually(
             &format!("editing policy {policy}"),
             Duration::from_secs(60),
             || async {
@@ -138,7 +105,7 @@ impl Workload {
         let specs: BTreeMap<&String, HaltSQLPolicy> = self
             .policies
             .iter()
-            .map(|(n, d)| (n, support::policy_object(n, d)))
+            .map(|(n, d)| (n, policy_object(n, d)))
             .collect();
         let names: BTreeMap<&String, String> = self
             .policies
