@@ -19,6 +19,7 @@ mod bundle;
 mod cluster;
 mod identity;
 mod operator;
+mod port_forward;
 mod provider;
 mod serve;
 
@@ -1236,7 +1237,7 @@ impl Run {
             self.cluster
                 .wait_condition(&self.ns, &object, condition, WAIT);
         }
-        let forward = provider::PortForward::start(
+        let forward = port_forward::PortForward::start(
             &self.cluster,
             &self.ns,
             &format!("svc/{IDENT_SERVER}"),
@@ -1277,7 +1278,7 @@ impl Run {
         step("9. a client certificate of another CA is refused at the handshake");
         // The pod resets a refused handshake, and a reset stream can end
         // kubectl port-forward: this check gets a forward of its own.
-        let refused_forward = provider::PortForward::start(
+        let refused_forward = port_forward::PortForward::start(
             &self.cluster,
             &self.ns,
             &format!("svc/{IDENT_SERVER}"),

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::cluster::Cluster;
-use crate::provider::PortForward;
+use crate::port_forward::PortForward;
 use haltsql_testkit::http;
 use haltsql_testkit::prometheus::Metrics;
 

@@ -11,12 +11,8 @@
 //!   `haltsql-operator` and loads the images. The cluster is deleted at the
 //!   end unless `HALTSQL_E2E_KEEP_CLUSTER=1`.
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::Command;
 
 use crate::cluster::Cluster;
 use crate::operator::{self, Operator};
@@ -259,53 +255,4 @@ fn kind_cluster(dir: &Path) -> PathBuf {
     let text = run_ok(Command::new("kind").args(["get", "kubeconfig", "--name", KIND_CLUSTER]));
     std::fs::write(&kubeconfig, text).expect("write the kind kubeconfig");
     kubeconfig
-}
-
-/// A running `kubectl port-forward TARGET :PORT` on loopback.
-pub struct PortForward {
-    child: Child,
-    pub addr: SocketAddr,
-}
-
-impl PortForward {
-    pub fn start(cluster: &Cluster, ns: &str, target: &str, port: u16) -> Result<Self, String> {
-        let mut child = cluster
-            .kubectl()
-            .args(["-n", ns, "port-forward", "--address", "127.0.0.1", target])
-            .arg(format!(":{port}"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("kubectl port-forward {target}: {e}"))?;
-        let stdout = child.stdout.take().ok_or("no stdout")?;
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            // "Forwarding from 127.0.0.1:41234 -> 8080"; keep reading so the pipe never fills.
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while std::time::Instant::now() < deadline {
-            if let Ok(line) = rx.recv_timeout(Duration::from_millis(200)) {
-                let local = line
-                    .strip_prefix("Forwarding from ")
-                    .and_then(|rest| rest.split(" -> ").next())
-                    .and_then(|a| a.parse::<SocketAddr>().ok());
-                if let Some(addr) = local {
-                    return Ok(PortForward { child, addr });
-                }
-            }
-        }
-        let _ = child.kill();
-        Err(format!("kubectl port-forward {target} did not start"))
-    }
-}
-
-impl Drop for PortForward {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 
 use crate::cluster::Cluster;
-use crate::provider::PortForward;
+use crate::port_forward::PortForward;
 use haltsql_testkit::http;
 
 pub const CHECKSUM_ANNOTATION: &str = "haltsql.dev/config-checksum";
