@@ -1,16 +1,15 @@
 //! Cluster access for the scenario: a kube client and `kubectl`, both with the
 //! admin kubeconfig of the provider, plus small readers for the custom resources.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::Value;
 
-use haltsql_testkit::cluster::run_ok;
+use haltsql_testkit::cluster::{apply_stdin, run_ok};
 use haltsql_testkit::paths::repo_root;
 
 /// The admin view of the cluster under test.
@@ -66,24 +65,7 @@ impl Cluster {
         if let Some(ns) = namespace {
             cmd.args(["-n", ns]);
         }
-        cmd.args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().expect("spawn kubectl apply");
-        child
-            .stdin
-            .take()
-            .expect("stdin")
-            .write_all(manifest.as_bytes())
-            .expect("write manifest to kubectl");
-        let out = child.wait_with_output().expect("kubectl apply");
-        assert!(
-            out.status.success(),
-            "kubectl apply failed:\n{}\n--- manifest ---\n{manifest}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        apply_stdin(cmd, manifest)
     }
 
     /// `kubectl wait --for=condition=COND KIND/NAME`.

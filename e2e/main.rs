@@ -1427,18 +1427,8 @@ impl Drop for Run {
         }
         self.pods.stop_all();
         self.operator = None;
-        if self.ns_created && std::env::var_os("HALTSQL_TEST_KEEP_NAMESPACES").is_none() {
-            let _ = self
-                .cluster
-                .kubectl()
-                .args([
-                    "delete",
-                    "namespace",
-                    &self.ns,
-                    "--wait=false",
-                    "--ignore-not-found",
-                ])
-                .output();
+        if self.ns_created {
+            haltsql_testkit::namespace::delete_unless_kept(self.cluster.kubectl(), &self.ns);
         }
         self.provider.teardown();
     }

@@ -58,25 +58,7 @@ impl Cluster {
 
     /// `kubectl apply --server-side` of YAML (several documents allowed).
     pub fn apply(self, yaml: &str) {
-        let mut child = self
-            .kubectl()
-            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("kubectl runs");
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(yaml.as_bytes())
-                .expect("kubectl reads stdin");
-        }
-        let out = child.wait_with_output().expect("kubectl finishes");
-        assert!(
-            out.status.success(),
-            "kubectl apply failed:\n{}\n{yaml}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        apply_stdin(self.kubectl(), yaml);
     }
 
     /// Installs (or updates) the CRDs from `crds/` and waits until they are
@@ -174,4 +156,29 @@ where
         Err(kube::Error::Api(e)) if e.code == 404 => {}
         Err(e) => panic!("delete {name}: {e}"),
     }
+}
+
+/// `kubectl apply --server-side --force-conflicts -f -` with `yaml` on stdin,
+/// through `kubectl` (which names the cluster and, if it likes, a namespace);
+/// returns kubectl's output and fails the test with kubectl's error.
+pub fn apply_stdin(mut kubectl: Command, yaml: &str) -> String {
+    let mut child = kubectl
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(yaml.as_bytes())
+            .expect("kubectl reads stdin");
+    }
+    let out = child.wait_with_output().expect("kubectl finishes");
+    assert!(
+        out.status.success(),
+        "kubectl apply failed:\n{}\n--- manifest ---\n{yaml}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }

@@ -43,19 +43,23 @@ impl TestNamespace {
 
 impl Drop for TestNamespace {
     fn drop(&mut self) {
-        if std::env::var_os("HALTSQL_TEST_KEEP_NAMESPACES").is_some() {
-            return;
-        }
-        let _ = self
-            .cluster
-            .kubectl()
-            .args([
-                "delete",
-                "namespace",
-                &self.name,
-                "--wait=false",
-                "--ignore-not-found",
-            ])
-            .output();
+        delete_unless_kept(self.cluster.kubectl(), &self.name);
     }
+}
+
+/// Deletes a test's namespace without waiting, unless
+/// `HALTSQL_TEST_KEEP_NAMESPACES` is set (to look at what a failed test left).
+pub fn delete_unless_kept(mut kubectl: std::process::Command, name: &str) {
+    if std::env::var_os("HALTSQL_TEST_KEEP_NAMESPACES").is_some() {
+        return;
+    }
+    let _ = kubectl
+        .args([
+            "delete",
+            "namespace",
+            name,
+            "--wait=false",
+            "--ignore-not-found",
+        ])
+        .output();
 }
