@@ -14,6 +14,7 @@ use kube::api::{Api, ListParams};
 use crate::cluster::Cluster;
 use crate::port_forward::PortForward;
 use haltsql_testkit::http;
+use haltsql_testkit::status::pod_ready;
 
 pub const CHECKSUM_ANNOTATION: &str = "haltsql.dev/config-checksum";
 /// The container port of `server.listen` (the verify API).
@@ -119,15 +120,6 @@ pub fn pod_checksum(pod: &Pod) -> &str {
         .get(CHECKSUM_ANNOTATION)
         .map(String::as_str)
         .unwrap_or("")
-}
-
-fn pod_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The Deployment's newest ReplicaSet (highest `deployment.kubernetes.io/revision`).

@@ -12,6 +12,7 @@ use crate::support::{Cluster, Operator, TestNamespace, condition, eventually};
 use futures::StreamExt;
 use haltsql_operator::api::{HaltSQLPolicy, HaltSQLServer};
 use haltsql_testkit::fixtures;
+use haltsql_testkit::status::pod_ready;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -56,16 +57,7 @@ impl HasConditions for HaltSQLPolicy {
 
 async fn ready_pods(pods: &Api<Pod>) -> i32 {
     let list = pods.list(&ListParams::default()).await.unwrap();
-    list.items
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter(|p| {
-            p.status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-        })
-        .count() as i32
+    list.items.iter().filter(|p| pod_ready(p)).count() as i32
 }
 
 /// The quick-start policy (with `columns`) and server "hs", once the server is Ready.
@@ -295,15 +287,6 @@ fn pod_config(pod: &Pod) -> (Option<String>, Vec<String>) {
     (hash, mounted)
 }
 
-fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
 /// Issue 20, item 7: an old pod that restarts during a stalled rollout mounts
 /// the last good configuration, because every configuration has its own
 /// immutable ConfigMap, kept while a ReplicaSet uses it.
@@ -387,7 +370,7 @@ async fn old_pods_restarted_during_a_stalled_rollout_keep_their_configuration() 
         let old = list
             .items
             .iter()
-            .find(|p| is_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
+            .find(|p| pod_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
             .unwrap_or_else(|| panic!("round {round}: no ready old pod"))
             .clone();
         let old_name = old.metadata.name.clone().unwrap();
@@ -397,7 +380,7 @@ async fn old_pods_restarted_during_a_stalled_rollout_keep_their_configuration() 
             let ready_old: Vec<Pod> = list
                 .items
                 .into_iter()
-                .filter(|p| is_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
+                .filter(|p| pod_ready(p) && pod_config(p).0.as_deref() == Some(good_hash.as_str()))
                 .collect();
             (ready_old.len() == 2
                 && ready_old
