@@ -57,7 +57,8 @@ pub struct Settings {
     pub rollout_deadline: Duration,
     /// Periodic re-reconcile of every object, so missed events are caught up.
     pub resync: Duration,
-    /// Reconciles that may run at once per controller.
+    /// Reconciles that may run at once per controller (and per namespace of
+    /// `--watch-namespaces`, however they are watched).
     pub concurrency: u16,
     /// `haltsql validate` processes that may run at once (all scopes together).
     pub validator_concurrency: usize,

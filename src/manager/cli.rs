@@ -76,8 +76,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", default_value = DEFAULT_HALTSQL_BINARY)]
     pub haltsql_binary: PathBuf,
 
-    /// Comma-separated namespaces to watch [default: all]. With a list, every
-    /// watch is namespaced, so RoleBindings in those namespaces are enough.
+    /// Comma-separated namespaces to watch [default: all]. With a list,
+    /// RoleBindings in those namespaces are enough: the watches are then
+    /// namespaced. An identity that may list and watch everywhere gets one
+    /// cluster-wide watch per kind instead, keeping only those namespaces' objects.
     #[arg(
         long,
         value_name = "NS[,NS...]",

@@ -1,11 +1,13 @@
 //! Starts the watches, the shared reflector stores and both controllers.
 //!
-//! Every resource is watched once per scope (all namespaces, or each namespace
-//! of `--watch-namespaces`); the root streams are polled here, and both
+//! Every resource is watched once per scope (see [`scope`]: all namespaces,
+//! the namespaces of `--watch-namespaces` through one cluster-wide watch per
+//! kind, or each of them); the root streams are polled here, and both
 //! controllers subscribe to them. Owned kinds are watched with the
 //! `managed-by` label selector only, so unrelated objects are never cached.
 
 mod requeue;
+mod scope;
 mod watches;
 
 use std::future::Future;
@@ -23,7 +25,6 @@ use kube::Client;
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{ObjectRef, ReflectHandle};
-use kube::runtime::watcher;
 use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
@@ -36,6 +37,7 @@ use requeue::{
     Requeues, SyncedInputs, on_owned_deleted, on_policy_deleted, on_replica_set_deleted,
     on_server_deleted, policies_to_requeue,
 };
+use scope::Scope;
 pub use watches::RuntimeError;
 use watches::{Shared, drive, watch};
 
@@ -74,10 +76,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RuntimeError> {
     let shutdown = shutdown.shared();
-    let scopes: Vec<Option<String>> = match &settings.watch_namespaces {
-        Some(namespaces) => namespaces.iter().cloned().map(Some).collect(),
-        None => vec![None],
-    };
+    let scopes = scope::scopes(&client, settings.watch_namespaces.as_deref()).await;
     readiness.scopes_total.store(scopes.len(), Ordering::SeqCst);
     let validator = Arc::new(Validator::new(
         settings.haltsql_binary.clone(),
@@ -85,10 +84,10 @@ pub async fn run(
         settings.validator_concurrency,
         metrics.clone(),
     ));
-    let runs = scopes.into_iter().map(|namespace| {
+    let runs = scopes.into_iter().map(|scope| {
         run_scope(
             client.clone(),
-            namespace,
+            scope,
             validator.clone(),
             settings.clone(),
             metrics.clone(),
@@ -150,12 +149,12 @@ impl SharedStores {
     fn into_root_streams(
         self,
         client: &Client,
-        namespace: Option<&str>,
+        scope: &Scope,
         ctx: &Arc<Context>,
         requeues: &Requeues,
         synced_inputs: &Arc<SyncedInputs>,
     ) -> Vec<BoxFuture<'static, ()>> {
-        let (ns, all) = (namespace, watcher::Config::default());
+        let (ns, all) = (scope, scope.watcher_config());
         let owned = all
             .clone()
             .labels(&format!("{MANAGED_BY_LABEL}={MANAGED_BY}"));
@@ -247,7 +246,7 @@ async fn log_result<T, E: std::fmt::Display>(controller: &'static str, result: R
 
 async fn run_scope(
     client: Client,
-    namespace: Option<String>,
+    scope: Scope,
     validator: Arc<Validator>,
     settings: Settings,
     metrics: Metrics,
@@ -272,22 +271,21 @@ async fn run_scope(
     );
     let ctx = Arc::new(Context::new(
         client.clone(),
-        namespace.clone(),
+        scope.request_namespace().map(str::to_owned),
         stores.readers(),
         validator,
         settings.clone(),
         metrics,
     ));
     let synced_inputs = Arc::new(SyncedInputs::default());
-    let root_streams = stores.into_root_streams(
-        &client,
-        namespace.as_deref(),
-        &ctx,
-        &requeues,
-        &synced_inputs,
-    );
+    let root_streams = stores.into_root_streams(&client, &scope, &ctx, &requeues, &synced_inputs);
 
-    let config = ControllerConfig::default().concurrency(settings.concurrency);
+    // `concurrency` is per watched namespace: one scope over ten namespaces
+    // may run as many reconciles at once as ten scopes of one did.
+    let concurrency = settings
+        .concurrency
+        .saturating_mul(u16::try_from(scope.namespaces()).unwrap_or(u16::MAX));
+    let config = ControllerConfig::default().concurrency(concurrency);
     let Subscriptions {
         policies_for_policy_controller,
         servers_for_policy_controller,

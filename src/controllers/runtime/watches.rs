@@ -5,13 +5,15 @@ use std::fmt::Debug;
 use std::hash::Hash;
 
 use futures::StreamExt;
-use futures::future::{BoxFuture, FutureExt};
+use futures::future::{self, BoxFuture, FutureExt};
 use k8s_openapi::NamespaceResourceScope;
 use kube::runtime::reflector::{self, ReflectHandle, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use tracing::warn;
+
+use super::scope::Scope;
 
 /// Objects a subscriber may fall behind by before the root stream waits for it.
 const SUBSCRIBER_BUFFER: usize = 1024;
@@ -90,7 +92,7 @@ fn forget_managed_fields<K: Resource>(obj: &mut K) {
 /// `PartialObjectMeta<K>`, the list and watch requests are metadata-only.
 pub(super) fn watch<K>(
     client: &Client,
-    namespace: Option<&str>,
+    scope: &Scope,
     config: watcher::Config,
     shared: Writer<K>,
 ) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
@@ -104,8 +106,10 @@ where
         + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
 {
-    watcher(scoped_api::<K>(client, namespace), config)
+    let in_scope = scope.clone();
+    watcher(scoped_api::<K>(client, scope.request_namespace()), config)
         .default_backoff()
+        .filter(move |event| future::ready(in_scope.keeps_event(event)))
         .modify(forget_managed_fields)
         .reflect_shared(shared)
 }
