@@ -1,16 +1,10 @@
 #!/usr/bin/env bash
-# `make test`: lint, build, start both local clusters, run every test tier,
-# and stop the clusters again whatever happened.
+# `make test`: lint, build, start the local clusters, run every test tier,
+# and stop the clusters it started whatever happened.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 
-stop_clusters() {
-  hack/cluster.sh down full >/dev/null 2>&1 || true
-  hack/cluster.sh down envtest >/dev/null 2>&1 || true
-  hack/cluster.sh down node >/dev/null 2>&1 || true
-  hack/cluster.sh down chaos >/dev/null 2>&1 || true
-}
 started=()
 cleanup() {
   local status=$?
