@@ -815,6 +815,9 @@ async fn main() -> Result<()> {
     );
     eprintln!("bench: {scale}");
 
+    // Every policy document is the sample's: a sample edited out of shape
+    // stops the run here, with the file named, before anything is created.
+    haltsql_testkit::fixtures::try_quick_start_policy_document(&[])?;
     let client = haltsql_testkit::cluster::try_connect(&args.kubeconfig).await?;
     eprintln!("bench: removing namespaces left by an earlier run");
     delete_namespaces(&client, true).await?;

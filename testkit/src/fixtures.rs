@@ -22,11 +22,29 @@ pub const TEST_TOKEN_SHA256: &str =
 /// The columns of `app.orders` in the sample policy document.
 const SAMPLE_COLUMNS: &str = "columns: [id, status, total_cents]";
 
+/// A sample file that cannot serve as the quick start: missing, not YAML,
+/// or edited out of the shape the kit reads.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {problem}")]
+pub struct FixtureError {
+    pub file: String,
+    pub problem: String,
+}
+
 /// One sample file (a single document), as JSON.
-pub fn sample(rel: &str) -> Value {
+pub fn try_sample(rel: &str) -> Result<Value, FixtureError> {
     let path = repo_root().join(rel);
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let located = |problem: String| FixtureError {
+        file: path.display().to_string(),
+        problem,
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| located(e.to_string()))?;
+    serde_yaml::from_str(&text).map_err(|e| located(e.to_string()))
+}
+
+/// [`try_sample`] for tests, where a broken sample fails the test.
+pub fn sample(rel: &str) -> Value {
+    try_sample(rel).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The HaltSQLPolicy `orders`.
@@ -41,19 +59,29 @@ pub fn quick_start_server() -> Value {
 
 /// The sample policy's document (`orders-agent`), with the given columns
 /// of `app.orders`.
-pub fn quick_start_policy_document(columns: &[&str]) -> String {
-    let document = quick_start_policy()["spec"]["policy"]
+pub fn try_quick_start_policy_document(columns: &[&str]) -> Result<String, FixtureError> {
+    let shape = |problem: &str| FixtureError {
+        file: POLICY_SAMPLE.to_owned(),
+        problem: problem.to_owned(),
+    };
+    let policy = try_sample(POLICY_SAMPLE)?;
+    let document = policy["spec"]["policy"]
         .as_str()
-        .unwrap_or_else(|| panic!("{POLICY_SAMPLE} has an inline spec.policy"))
-        .to_owned();
-    assert!(
-        document.contains(SAMPLE_COLUMNS),
-        "{POLICY_SAMPLE}: the document lists {SAMPLE_COLUMNS}"
-    );
-    document.replace(
+        .ok_or_else(|| shape("no inline spec.policy"))?;
+    if !document.contains(SAMPLE_COLUMNS) {
+        return Err(shape(&format!(
+            "the document does not list {SAMPLE_COLUMNS}"
+        )));
+    }
+    Ok(document.replace(
         SAMPLE_COLUMNS,
         &format!("columns: [{}]", columns.join(", ")),
-    )
+    ))
+}
+
+/// [`try_quick_start_policy_document`] for tests.
+pub fn quick_start_policy_document(columns: &[&str]) -> String {
+    try_quick_start_policy_document(columns).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The token Secret the server sample references, holding `sha256`.
