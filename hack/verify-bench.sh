@@ -126,6 +126,8 @@ lua "${allowed_sql//\'/\\\'}" > "$work/allowed.lua"
 lua "${denied_sql//\'/\\\'}" > "$work/denied.lua"
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+# Voluntary and involuntary context switches of every thread of PID.
+switches() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {v += $2} /^nonvoluntary_ctxt_switches/ {n += $2} END {print v + 0, n + 0}'; }
 to_ms() { awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); v/=1000} else if (v ~ /ms$/) {sub(/ms$/,"",v)} else if (v ~ /s$/) {sub(/s$/,"",v); v*=1000}; printf "%.3f", v}'; }
 mkdir -p "$out"
 results=()
@@ -140,11 +142,13 @@ for kind in allowed denied; do
     sleep 0.5
   fi
   cpu_before="$(awk '{print $14 + $15}' "/proc/$server_pid/stat")"
+  cs_before="$(switches "$server_pid")"
   load_start="$(loadavg)"
   wrk -t"$wrk_threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$kind.lua" "$url" \
     > "$work/wrk-$kind.txt" || die "wrk failed ($kind)"
   load_end="$(loadavg)"
   cpu_after="$(awk '{print $14 + $15}' "/proc/$server_pid/stat")"
+  cs_after="$(switches "$server_pid")"
   if [[ -n $perf_pid ]]; then
     kill -INT "$perf_pid" 2>/dev/null || true
     wait "$perf_pid" 2>/dev/null || true
@@ -165,10 +169,15 @@ for kind in allowed denied; do
   errors="$(awk '/Socket errors/ {sub(/^ +/, ""); print}' "$work/wrk-$kind.txt")"
   ticks="$(getconf CLK_TCK)"
   server_cpu="$(awk -v a="$cpu_before" -v b="$cpu_after" -v t="$ticks" -v s="$seconds" 'BEGIN {printf "%.2f", (b - a) / t / s}')"
+  requests="$(awk '/ requests in / {print $1}' "$work/wrk-$kind.txt")"
+  per_decision="$(awk -v a="$cpu_before" -v b="$cpu_after" -v t="$ticks" -v r="$requests" -v c0="$cs_before" -v c1="$cs_after" 'BEGIN {
+    split(c0, x, " "); split(c1, y, " ");
+    if (r > 0) printf "%.1f us CPU, %.2f + %.2f context switches", (b - a) / t / r * 1e6, (y[1] - x[1]) / r, (y[2] - x[2]) / r }')"
   verdict="goal met"
   (( rps >= goal )) || verdict="goal NOT met"
   results+=("$(printf '%-8s %6s decisions/s  p50 %7s ms  p99 %7s ms  server CPU %4s cores  load avg %s -> %s  (%s: %d/s)%s' \
     "$kind" "$rps" "$p50" "$p99" "$server_cpu" "$load_start" "$load_end" "$verdict" "$goal" "${errors:+  $errors}")")
+  results+=("$(printf '         server per decision: %s (voluntary + involuntary)' "$per_decision")")
 done
 audit_lines="$(wc -l < "$work/audit.log")"
 
