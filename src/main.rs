@@ -141,6 +141,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
     settings.watch_namespaces = args.namespaces();
     settings.rollout_deadline = Duration::from_secs(args.rollout_deadline_seconds);
     settings.validator_timeout = Duration::from_secs(args.validator_timeout_seconds);
+    settings.concurrency = args.concurrency;
     if let Some(n) = args.validator_concurrency {
         settings.validator_concurrency = n.into();
     }

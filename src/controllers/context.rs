@@ -18,6 +18,7 @@ use kube::runtime::reflector::Store;
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use tokio::sync::Semaphore;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::controllers::backoff::Backoff;
@@ -37,8 +38,8 @@ pub const DEFAULT_ROLLOUT_DEADLINE: Duration = Duration::from_secs(180);
 pub const DEFAULT_VALIDATOR_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of `--resync-seconds`.
 pub const DEFAULT_RESYNC: Duration = Duration::from_secs(600);
-/// Reconciles that may run at once per controller (no flag).
-pub const DEFAULT_CONCURRENCY: u16 = 8;
+/// Default of `--concurrency`.
+pub const DEFAULT_CONCURRENCY: u16 = 32;
 /// A failed reconcile is retried after this, doubling per failure in a row...
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// ... up to this.
@@ -57,8 +58,8 @@ pub struct Settings {
     pub rollout_deadline: Duration,
     /// Periodic re-reconcile of every object, so missed events are caught up.
     pub resync: Duration,
-    /// Reconciles that may run at once per controller (and per namespace of
-    /// `--watch-namespaces`, however they are watched).
+    /// Reconciles that may run at once in each controller, over every
+    /// watched namespace together.
     pub concurrency: u16,
     /// `haltsql validate` processes that may run at once (all scopes together).
     pub validator_concurrency: usize,
@@ -130,6 +131,27 @@ pub struct Context {
     pub recorder: Recorder,
     /// Our status writes the stores have not shown yet.
     pub own_writes: OwnWrites,
+    /// How many passes of each controller may run at once.
+    pub pass_limits: Arc<PassLimits>,
+}
+
+/// How many passes of each controller may run at once, shared by every
+/// scope: with one scope per namespace, a bound per scope would let fifty
+/// namespaces put fifty times as many writes in flight at the API server.
+#[derive(Debug)]
+pub struct PassLimits {
+    pub policy: Semaphore,
+    pub server: Semaphore,
+}
+
+impl PassLimits {
+    pub fn new(concurrency: u16) -> Self {
+        let permits = usize::from(concurrency.max(1));
+        Self {
+            policy: Semaphore::new(permits),
+            server: Semaphore::new(permits),
+        }
+    }
 }
 
 impl Context {
@@ -158,9 +180,17 @@ impl Context {
             metrics,
             policy_backoff: Backoff::new(FIRST_RETRY, LONGEST_RETRY),
             server_backoff: Backoff::new(FIRST_RETRY, LONGEST_RETRY),
+            pass_limits: Arc::new(PassLimits::new(settings.concurrency)),
             settings,
             own_writes: OwnWrites::default(),
         }
+    }
+
+    /// Shares `limits` with the other scopes' contexts instead of a bound of
+    /// this context's own.
+    pub fn with_pass_limits(mut self, limits: Arc<PassLimits>) -> Self {
+        self.pass_limits = limits;
+        self
     }
 
     /// Writes `new` as the status of `obj`, whose status was read as `old`

@@ -10,6 +10,7 @@ use std::time::Duration;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
+use tokio::sync::Semaphore;
 use tracing::{Instrument, debug, info_span, warn};
 
 use super::backoff::Backoff;
@@ -49,6 +50,8 @@ pub trait Reconciled: Resource<DynamicType = ()> + Clone + Send + Sync + 'static
     fn store(ctx: &Context) -> &Store<Self>;
     /// The controller's failure counts.
     fn backoff(ctx: &Context) -> &Backoff;
+    /// The controller's bound on passes at once.
+    fn pass_limit(ctx: &Context) -> &Semaphore;
 }
 
 /// Runs one `pass` over `obj` inside the wrapper.
@@ -66,6 +69,10 @@ where
         name = obj.name_any()
     );
     async move {
+        // Closed only if the context is torn down, and then nothing is left to do.
+        let Ok(_permit) = K::pass_limit(&ctx).acquire().await else {
+            return Ok(Action::await_change());
+        };
         let timer = ctx.metrics.start_reconcile(K::CONTROLLER);
         let key = object_key(obj.namespace().as_deref(), &obj.name_any());
         let Some(obj) = ctx.own_writes.caught_up(K::store(&ctx), obj).await else {

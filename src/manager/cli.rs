@@ -13,7 +13,7 @@ use std::str::FromStr;
 use clap::{ArgAction, Args, Parser, Subcommand};
 
 use crate::controllers::context::{
-    DEFAULT_RESYNC, DEFAULT_ROLLOUT_DEADLINE, DEFAULT_VALIDATOR_TIMEOUT,
+    DEFAULT_CONCURRENCY, DEFAULT_RESYNC, DEFAULT_ROLLOUT_DEADLINE, DEFAULT_VALIDATOR_TIMEOUT,
 };
 
 /// Where the operator image puts the haltsql CLI.
@@ -132,6 +132,17 @@ pub struct RunArgs {
         value_parser = clap::value_parser!(u64).range(1..)
     )]
     pub validator_timeout_seconds: u64,
+
+    /// Reconciles that may run at once in each of the two controllers, over
+    /// every watched namespace together (however they are watched): the
+    /// bound on the operator's writes in flight at the API server.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = DEFAULT_CONCURRENCY,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub concurrency: u16,
 
     /// `haltsql validate` processes that may run at once; policies that
     /// wait are judged together by the next one. Default: the number of
@@ -269,6 +280,7 @@ mod tests {
         );
         assert!(cli.run.watch_namespaces.is_empty());
         assert_eq!(cli.run.namespaces(), None);
+        assert_eq!(cli.run.concurrency, DEFAULT_CONCURRENCY);
         assert!(!cli.run.leader_elect);
         assert_eq!(cli.run.metrics_bind_address, ":8080".parse().unwrap());
         assert_eq!(
@@ -312,6 +324,7 @@ mod tests {
             vec!["--watch-namespaces=Team_A"],
             vec!["--metrics-bind-address=8080"],
             vec!["--resync-seconds=0"],
+            vec!["--concurrency=0"],
             vec!["--leader-elect=maybe"],
             vec!["render"],
         ] {

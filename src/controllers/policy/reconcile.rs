@@ -175,6 +175,10 @@ impl Reconciled for HaltSQLPolicy {
     fn backoff(ctx: &Context) -> &Backoff {
         &ctx.policy_backoff
     }
+
+    fn pass_limit(ctx: &Context) -> &tokio::sync::Semaphore {
+        &ctx.pass_limits.policy
+    }
 }
 
 /// Reconciles one HaltSQLPolicy.

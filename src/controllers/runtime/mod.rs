@@ -28,7 +28,7 @@ use kube::runtime::reflector::{ObjectRef, ReflectHandle};
 use tracing::{debug, warn};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::controllers::context::{Context, OwnedStores, ScopeStores, Settings};
+use crate::controllers::context::{Context, OwnedStores, PassLimits, ScopeStores, Settings};
 use crate::controllers::metrics::Metrics;
 use crate::controllers::policy::{self, Validator};
 use crate::controllers::server;
@@ -84,11 +84,15 @@ pub async fn run(
         settings.validator_concurrency,
         metrics.clone(),
     ));
+    let operator_wide = OperatorWide {
+        validator,
+        pass_limits: Arc::new(PassLimits::new(settings.concurrency)),
+    };
     let runs = scopes.into_iter().map(|scope| {
         run_scope(
             client.clone(),
             scope,
-            validator.clone(),
+            operator_wide.clone(),
             settings.clone(),
             metrics.clone(),
             readiness.clone(),
@@ -99,6 +103,14 @@ pub async fn run(
         result?;
     }
     Ok(())
+}
+
+/// What every scope shares, so that its bounds are the operator's: one
+/// validator (runs at once, verdict cache) and one bound on passes.
+#[derive(Clone)]
+struct OperatorWide {
+    validator: Arc<Validator>,
+    pass_limits: Arc<PassLimits>,
 }
 
 /// The shared stores of one scope, one per watched kind.
@@ -247,7 +259,7 @@ async fn log_result<T, E: std::fmt::Display>(controller: &'static str, result: R
 async fn run_scope(
     client: Client,
     scope: Scope,
-    validator: Arc<Validator>,
+    operator_wide: OperatorWide,
     settings: Settings,
     metrics: Metrics,
     readiness: Readiness,
@@ -269,23 +281,23 @@ async fn run_scope(
         stores.policies.reader.clone(),
         stores.servers.reader.clone(),
     );
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        scope.request_namespace().map(str::to_owned),
-        stores.readers(),
-        validator,
-        settings.clone(),
-        metrics,
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            scope.request_namespace().map(str::to_owned),
+            stores.readers(),
+            operator_wide.validator,
+            settings.clone(),
+            metrics,
+        )
+        .with_pass_limits(operator_wide.pass_limits),
+    );
     let synced_inputs = Arc::new(SyncedInputs::default());
     let root_streams = stores.into_root_streams(&client, &scope, &ctx, &requeues, &synced_inputs);
 
-    // `concurrency` is per watched namespace: one scope over ten namespaces
-    // may run as many reconciles at once as ten scopes of one did.
-    let concurrency = settings
-        .concurrency
-        .saturating_mul(u16::try_from(scope.namespaces()).unwrap_or(u16::MAX));
-    let config = ControllerConfig::default().concurrency(concurrency);
+    // The bound is the operator's, over every scope (`PassLimits`); no
+    // scope needs more than all of it.
+    let config = ControllerConfig::default().concurrency(settings.concurrency);
     let Subscriptions {
         policies_for_policy_controller,
         servers_for_policy_controller,

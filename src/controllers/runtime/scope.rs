@@ -59,14 +59,6 @@ impl Scope {
         }
     }
 
-    /// How many of the watched namespaces this scope covers (1 for all).
-    pub fn namespaces(&self) -> usize {
-        match self {
-            Scope::Filtered(namespaces) => namespaces.len(),
-            Scope::All | Scope::Namespace(_) => 1,
-        }
-    }
-
     /// Whether an object in `namespace` belongs to this scope.
     pub fn keeps(&self, namespace: Option<&str>) -> bool {
         match self {
@@ -176,6 +168,5 @@ mod tests {
         assert_eq!(scope.request_namespace(), None);
         assert!(Scope::Namespace("b".to_owned()).keeps(Some("b")));
         assert!(Scope::All.keeps(Some("b")));
-        assert_eq!(scope.namespaces(), 1);
     }
 }

@@ -51,6 +51,10 @@ impl Reconciled for HaltSQLServer {
     fn backoff(ctx: &Context) -> &Backoff {
         &ctx.server_backoff
     }
+
+    fn pass_limit(ctx: &Context) -> &tokio::sync::Semaphore {
+        &ctx.pass_limits.server
+    }
 }
 
 /// Reconciles one HaltSQLServer.
