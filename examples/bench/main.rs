@@ -792,6 +792,17 @@ async fn main() -> Result<()> {
     if !args.curve.is_empty() {
         return curve::print(&args.curve);
     }
+    // Interrupted, the run's future is dropped, and with it the operator
+    // child (killed on drop) instead of left running against the cluster.
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        result = run(args) => result,
+        _ = tokio::signal::ctrl_c() => bail!("interrupted; the benchmark namespaces are left for the next run to remove"),
+        _ = terminate.recv() => bail!("terminated; the benchmark namespaces are left for the next run to remove"),
+    }
+}
+
+async fn run(args: Args) -> Result<()> {
     let sizes = Sizes::from(&args);
     let layout = sizes.layout.clone();
     std::fs::create_dir_all(&args.out_dir)?;
