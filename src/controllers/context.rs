@@ -113,6 +113,26 @@ pub struct ScopeStores {
     pub owned: OwnedStores,
 }
 
+impl ScopeStores {
+    /// Stores that no watch fills: for a context that reconciles objects
+    /// handed to it directly (the tests do).
+    pub fn unwatched() -> Self {
+        use kube::runtime::reflector::store;
+        Self {
+            policies: store().0,
+            servers: store().0,
+            owned: OwnedStores {
+                deployments: store().0,
+                config_maps: store().0,
+                services: store().0,
+                pod_disruption_budgets: store().0,
+                network_policies: store().0,
+                replica_sets: store().0,
+            },
+        }
+    }
+}
+
 /// Handed to every reconcile of both controllers (one per watched scope).
 pub struct Context {
     pub client: Client,

@@ -119,3 +119,96 @@ pub fn error_policy<K: Reconciled, E: PassError>(
     warn!(controller = K::CONTROLLER.as_str(), object = %key, %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::api::{HaltSQLPolicy, HaltSQLPolicySpec};
+    use crate::controllers::context::{PassLimits, ScopeStores, Settings};
+    use crate::controllers::metrics::Metrics;
+    use crate::controllers::policy::Validator;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("not used")]
+    struct NoError;
+
+    impl PassError for NoError {
+        fn is_conflict(&self) -> bool {
+            false
+        }
+    }
+
+    /// A scope's context over empty stores, sharing `limits`. Its client
+    /// points at a closed port: the passes here make no request.
+    fn scope_context(namespace: &str, limits: Arc<PassLimits>) -> Arc<Context> {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("uri"));
+        let client = kube::Client::try_from(config).expect("client");
+        let metrics = Metrics::new().expect("metrics");
+        let settings = Settings::new("/nonexistent/haltsql".into());
+        let validator = Arc::new(Validator::new(
+            settings.haltsql_binary.clone(),
+            settings.validator_timeout,
+            1,
+            metrics.clone(),
+        ));
+        Arc::new(
+            Context::new(
+                client,
+                Some(namespace.to_owned()),
+                ScopeStores::unwatched(),
+                validator,
+                settings,
+                metrics,
+            )
+            .with_pass_limits(limits),
+        )
+    }
+
+    fn policy(namespace: &str, name: &str) -> Arc<HaltSQLPolicy> {
+        let mut policy = HaltSQLPolicy::new(
+            name,
+            HaltSQLPolicySpec {
+                policy: Some("kind: Policy\n".to_owned()),
+                bundle_source: None,
+            },
+        );
+        policy.metadata.namespace = Some(namespace.to_owned());
+        Arc::new(policy)
+    }
+
+    /// The most passes that ran at once when four scopes (one namespace
+    /// each, as with RoleBindings only) each started a pass together.
+    async fn most_at_once(permits: u16) -> usize {
+        let limits = Arc::new(PassLimits::new(permits));
+        let running = AtomicUsize::new(0);
+        let most = AtomicUsize::new(0);
+        let passes = (0..4).map(|i| {
+            let namespace = format!("ns-{i}");
+            let ctx = scope_context(&namespace, limits.clone());
+            let (running, most) = (&running, &most);
+            async move {
+                reconcile(policy(&namespace, "p"), ctx, |_, _| async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, NoError>(Pass::Done)
+                })
+                .await
+            }
+        });
+        for result in futures::future::join_all(passes).await {
+            assert!(result.is_ok());
+        }
+        most.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn the_pass_limit_holds_over_every_scope_that_shares_it() {
+        assert_eq!(most_at_once(1).await, 1);
+        assert_eq!(most_at_once(2).await, 2);
+        assert_eq!(most_at_once(8).await, 4);
+    }
+}

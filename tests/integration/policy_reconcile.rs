@@ -586,26 +586,14 @@ fn direct_context(
     namespace: &str,
     binary: PathBuf,
 ) -> std::sync::Arc<haltsql_operator::controllers::context::Context> {
-    use haltsql_operator::controllers::context::{Context, OwnedStores, ScopeStores, Settings};
-    use kube::runtime::reflector::store;
+    use haltsql_operator::controllers::context::{Context, ScopeStores, Settings};
     let metrics = haltsql_operator::controllers::metrics::Metrics::new().expect("metrics");
     let mut settings = Settings::new(binary);
     settings.validator_timeout = Duration::from_secs(20);
     std::sync::Arc::new(Context::new(
         client,
         Some(namespace.to_owned()),
-        ScopeStores {
-            policies: store().0,
-            servers: store().0,
-            owned: OwnedStores {
-                deployments: store().0,
-                config_maps: store().0,
-                services: store().0,
-                pod_disruption_budgets: store().0,
-                network_policies: store().0,
-                replica_sets: store().0,
-            },
-        },
+        ScopeStores::unwatched(),
         std::sync::Arc::new(haltsql_operator::controllers::policy::Validator::new(
             settings.haltsql_binary.clone(),
             settings.validator_timeout,
