@@ -24,6 +24,7 @@ use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::controllers::backoff::Backoff;
 use crate::controllers::metrics::Metrics;
 use crate::controllers::policy::validator::Validator;
+use crate::controllers::server::PendingSince;
 use crate::controllers::status_patch::{OwnWrites, patch_status};
 use crate::render::RenderSettings;
 
@@ -151,6 +152,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Our status writes the stores have not shown yet.
     pub own_writes: OwnWrites,
+    /// Servers holding off a `PolicyPendingValidation` report.
+    pub pending_since: PendingSince,
     /// How many passes of each controller may run at once.
     pub pass_limits: Arc<PassLimits>,
 }
@@ -203,6 +206,7 @@ impl Context {
             pass_limits: Arc::new(PassLimits::new(settings.concurrency)),
             settings,
             own_writes: OwnWrites::default(),
+            pending_since: PendingSince::default(),
         }
     }
 

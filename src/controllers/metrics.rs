@@ -37,7 +37,7 @@ impl ControllerKind {
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
-    /// Reconciles by controller and result (`success`, `requeue`, `conflict`, `error`).
+    /// Reconciles by controller and result (`success`, `requeue`, `waiting`, `conflict`, `stale`, `error`).
     pub reconciles: IntCounterVec,
     /// Reconcile duration by controller.
     pub reconcile_duration: HistogramVec,
@@ -254,7 +254,7 @@ impl Metrics {
 }
 
 impl ReconcileTimer {
-    /// Records the outcome: `success`, `requeue`, `conflict` or `error`.
+    /// Records the outcome: `success`, `requeue`, `waiting`, `conflict`, `stale` or `error`.
     pub fn finish(mut self, result: &'static str) {
         self.result = result;
     }

@@ -26,6 +26,9 @@ pub enum Pass {
     /// Something outside the API server failed (the validator) and the
     /// status says so: try again, slower each time.
     Retry,
+    /// Nothing to write yet: look again after this long, unless an event
+    /// brings the next pass sooner.
+    RecheckIn(Duration),
 }
 
 /// The error of a pass. A 409 is normal: someone wrote in between, and the
@@ -85,6 +88,11 @@ where
                 K::backoff(&ctx).succeeded(&key);
                 timer.finish("success");
                 Ok(Action::requeue(ctx.settings.resync))
+            }
+            Ok(Pass::RecheckIn(delay)) => {
+                K::backoff(&ctx).succeeded(&key);
+                timer.finish("waiting");
+                Ok(Action::requeue(delay))
             }
             Ok(Pass::Retry) => {
                 let delay = K::backoff(&ctx).failed(&key);

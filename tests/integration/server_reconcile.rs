@@ -653,6 +653,64 @@ async fn disabling_the_pdb_deletes_it_and_a_stalled_rollout_is_reported() {
 }
 
 #[tokio::test]
+async fn an_edit_is_reported_pending_only_when_its_validation_outlasts_the_grace() {
+    use haltsql_operator::controllers::server::PENDING_GRACE;
+    use std::os::unix::fs::PermissionsExt;
+    use std::time::Instant;
+
+    let dir = tempfile::tempdir().unwrap();
+    let binary = dir.path().join("haltsql");
+    std::os::unix::fs::symlink(support::haltsql_bin(), &binary).unwrap();
+    let f = fixture_with("srv-grace", |s| {
+        s.haltsql_binary = binary.clone();
+        s.validator_timeout = Duration::from_secs(5);
+    })
+    .await;
+    f.ready_quick_start().await;
+
+    // From now on the validator never answers in time: the edit stays pending.
+    std::fs::remove_file(&binary).unwrap();
+    std::fs::write(&binary, "#!/bin/sh\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(&binary, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let edited = support::quick_start_policy_document(&["id", "status"]);
+    let edited_at = Instant::now();
+    f.policies
+        .patch(
+            "orders",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"policy": edited}})),
+        )
+        .await
+        .unwrap();
+    eventually("the server to hold off its report", WAIT, || async {
+        (f.operator.reconciles("haltsqlserver", "waiting") > 0).then_some(())
+    })
+    .await;
+    let gate = f.server_condition("PoliciesReady").await;
+    // The grace starts after the edit, so a read that ended within it from
+    // the edit saw the server inside its grace.
+    if edited_at.elapsed() < PENDING_GRACE {
+        assert_eq!(
+            gate,
+            Some(("True".to_owned(), "PoliciesReady".to_owned())),
+            "still serving its last good configuration, the server stays ready"
+        );
+    } else {
+        eprintln!("the status was read after the grace; only its end is checked");
+    }
+    f.wait_server_condition("PoliciesReady", "False", "PolicyPendingValidation")
+        .await;
+    f.wait_server_condition("Ready", "False", "PolicyPendingValidation")
+        .await;
+
+    // A validator again: the edit is judged and rolled out.
+    std::fs::remove_file(&binary).unwrap();
+    std::os::unix::fs::symlink(support::haltsql_bin(), &binary).unwrap();
+    f.wait_server_condition("PoliciesReady", "True", "PoliciesReady")
+        .await;
+}
+
+#[tokio::test]
 async fn a_pending_policy_holds_the_server_and_scaling_to_zero_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let binary = dir.path().join("haltsql");

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use kube::Resource;
 use kube::core::PartialObjectMeta;
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
-use crate::controllers::context::Context;
+use crate::controllers::context::{Context, object_key};
 use crate::controllers::{policy, server};
 
 /// Where deletions send the objects they concern.
@@ -42,6 +42,10 @@ pub(super) fn on_server_deleted(
     move |server| {
         synced_inputs.forget(server);
         ctx.own_writes.forget(server);
+        ctx.pending_since.clear(&object_key(
+            server.namespace().as_deref(),
+            &server.name_any(),
+        ));
         for policy in policy::policies_referenced_by(server) {
             let _ = to_policies.unbounded_send(policy);
         }

@@ -5,10 +5,12 @@ mod apply;
 mod collect;
 mod events;
 mod owned;
+mod pending;
 mod policies;
 mod reconcile;
 mod status;
 
+pub use pending::{PENDING_GRACE, PendingSince};
 pub use policies::{PolicyGate, ReadyPolicy, gate_policies, gate_policies_with};
 pub use reconcile::{Error, error_policy, reconcile};
 pub use status::{RolloutState, rollout_state};

@@ -2,7 +2,7 @@
 //! changed, read the Deployment, write status if it changed.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
@@ -76,7 +76,16 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Pass,
     let uid = server.uid().ok_or(Error::NoUid)?;
 
     // Fail closed: nothing is re-rendered unless every referenced policy is valid.
-    let outcome = match gate_policies(server, &ctx.policies) {
+    let gate = gate_policies(server, &ctx.policies);
+    let key = object_key(Some(&namespace), &server.name_any());
+    if let Some(rest) = ctx
+        .pending_since
+        .hold_off(&key, server, &gate, Instant::now())
+    {
+        debug!("a referenced policy is being validated again; the status stays for now");
+        return Ok(Pass::RecheckIn(rest));
+    }
+    let outcome = match gate {
         PolicyGate::Closed { reason, message } => {
             debug!(%message, "policies not ready; keeping the last good configuration");
             Outcome::PoliciesNotReady { reason, message }
@@ -187,10 +196,10 @@ async fn render_and_apply(
     let config_map_name = rendered.config_map.name_any();
     let objects = owned_objects(server, rendered, ctx, namespace);
 
-    let mut plans = Vec::with_capacity(objects.len());
-    for object in &objects {
-        plans.push(object.plan(uid).await?);
-    }
+    // Each plan is a cache lookup, or a GET on a miss (every object at the
+    // first render): one round trip for all of them, not one per kind.
+    let plans =
+        futures::future::try_join_all(objects.iter().map(|object| object.plan(uid))).await?;
     let conflicts: Vec<String> = plans
         .iter()
         .flatten()
@@ -205,13 +214,21 @@ async fn render_and_apply(
             message: conflicts.join("; "),
         });
     }
-    // In order: the ConfigMap first, since new pods must find the
-    // configuration they name.
-    let mut rolled = false;
-    for (object, plan) in objects.iter().zip(&plans) {
-        object.write(plan.as_ref(), uid, &ctx.metrics).await?;
-        rolled |= object.kind() == "Deployment" && plan == &Some(Plan::Apply);
+    // The ConfigMap first, since new pods must find the configuration they
+    // name; the others do not depend on each other.
+    let mut steps = objects.iter().zip(&plans);
+    if let Some((config_map, plan)) = steps.next() {
+        config_map.write(plan.as_ref(), uid, &ctx.metrics).await?;
     }
+    let rest: Vec<_> = steps.collect();
+    futures::future::try_join_all(
+        rest.iter()
+            .map(|(object, plan)| object.write(plan.as_ref(), uid, &ctx.metrics)),
+    )
+    .await?;
+    let rolled = rest
+        .iter()
+        .any(|(object, plan)| object.kind() == "Deployment" && *plan == &Some(Plan::Apply));
 
     // Old configurations go once no ReplicaSet uses them. A failure here must
     // not hold up the status: the next pass (a ReplicaSet deleted, the
@@ -244,8 +261,8 @@ async fn render_and_apply(
     })
 }
 
-/// Every kind the server owns, in the order they are written, with what
-/// the caches show under each name.
+/// Every kind the server owns, the ConfigMap first (it is written before the
+/// others), with what the caches show under each name.
 fn owned_objects(
     server: &HaltSQLServer,
     rendered: Rendered,

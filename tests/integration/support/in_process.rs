@@ -81,6 +81,29 @@ impl Operator {
             .sum()
     }
 
+    /// Reconciles of `controller` (`haltsqlpolicy`, `haltsqlserver`) that
+    /// ended with `result`.
+    pub fn reconciles(&self, controller: &str, result: &str) -> u64 {
+        self.metrics
+            .registry
+            .gather()
+            .iter()
+            .filter(|f| f.name() == "haltsql_operator_reconciles_total")
+            .flat_map(|f| f.get_metric().to_vec())
+            .filter(|m| {
+                let label = |name: &str| {
+                    m.get_label()
+                        .iter()
+                        .find(|l| l.name() == name)
+                        .map(|l| l.value().to_owned())
+                };
+                label("controller").as_deref() == Some(controller)
+                    && label("result").as_deref() == Some(result)
+            })
+            .map(|m| m.get_counter().value() as u64)
+            .sum()
+    }
+
     /// Stops the controllers, letting in-flight reconciles finish.
     pub async fn stop(mut self) {
         if let Some(stop) = self.stop.take() {
