@@ -1,7 +1,7 @@
 //! A fixed pool of verify threads with large stacks, for the server.
 
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use thiserror::Error;
 use tokio::sync::oneshot;
@@ -22,56 +22,93 @@ struct Job {
     reply: oneshot::Sender<Decision>,
 }
 
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+/// The queue and the signal for idle workers. Workers wait on the condition
+/// variable, which releases the lock: with a `Mutex<mpsc::Receiver>` the
+/// worker blocked in `recv` held the lock, so every job also woke the other
+/// worker just to hand it the lock and let it block again.
+#[derive(Default)]
+struct Shared {
+    queue: Mutex<Queue>,
+    ready: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // A worker cannot panic while holding the lock (verification runs
+        // outside it), so a poisoned queue is still consistent.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// Verify threads fed through a queue. Dropping the pool stops the threads
 /// once the queue is drained.
 pub struct VerifyPool {
-    queue: Mutex<Option<mpsc::Sender<Job>>>,
+    shared: Arc<Shared>,
 }
 
 impl VerifyPool {
     /// Start `threads` workers (at least one).
     pub fn new(threads: usize) -> Result<Self, PoolError> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
+        let shared = Arc::new(Shared::default());
+        let pool = VerifyPool {
+            shared: Arc::clone(&shared),
+        };
         for i in 0..threads.max(1) {
-            let rx = Arc::clone(&rx);
+            let shared = Arc::clone(&shared);
+            // On an error, dropping `pool` stops the workers already started.
             std::thread::Builder::new()
                 .name(format!("haltsql-verify-{i}"))
                 .stack_size(ENGINE_STACK_BYTES)
-                .spawn(move || worker(&rx))?;
+                .spawn(move || worker(&shared))?;
         }
-        Ok(VerifyPool {
-            queue: Mutex::new(Some(tx)),
-        })
+        Ok(pool)
     }
 
     /// Verify `sql` on a pool thread.
     pub async fn verify(&self, policy: Arc<Policy>, sql: String) -> Result<Decision, PoolError> {
         let (reply, rx) = oneshot::channel();
         {
-            let guard = self.queue.lock().map_err(|_| PoolError::Stopped)?;
-            let tx = guard.as_ref().ok_or(PoolError::Stopped)?;
-            tx.send(Job { policy, sql, reply })
-                .map_err(|_| PoolError::Stopped)?;
+            let mut q = self.shared.lock();
+            if q.closed {
+                return Err(PoolError::Stopped);
+            }
+            q.jobs.push_back(Job { policy, sql, reply });
         }
+        self.shared.ready.notify_one();
         rx.await.map_err(|_| PoolError::Stopped)
     }
 
     /// Stop accepting work; threads exit when the queue is empty.
     pub fn close(&self) {
-        if let Ok(mut guard) = self.queue.lock() {
-            guard.take();
-        }
+        self.shared.lock().closed = true;
+        self.shared.ready.notify_all();
     }
 }
 
-fn worker(rx: &Mutex<mpsc::Receiver<Job>>) {
+impl Drop for VerifyPool {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+fn worker(shared: &Shared) {
     loop {
         let job = {
-            let Ok(guard) = rx.lock() else { return };
-            match guard.recv() {
-                Ok(job) => job,
-                Err(_) => return,
+            let mut q = shared.lock();
+            loop {
+                if let Some(job) = q.jobs.pop_front() {
+                    break job;
+                }
+                if q.closed {
+                    return;
+                }
+                q = shared.ready.wait(q).unwrap_or_else(PoisonError::into_inner);
             }
         };
         let decision = verify_guarded(&job.policy, &job.sql);
