@@ -14,7 +14,6 @@ mod from_load;
 pub mod functions;
 pub mod lexer;
 pub mod pool;
-mod prefix;
 mod walk;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
@@ -374,53 +373,20 @@ fn decode_unicode_idents<'s>(
     }
 }
 
-/// The sqlparser dialect for a policy's dialect, with or without
-/// [`prefix::PrefixDialect`] (the engine always uses it).
-fn sql_dialect(dialect: Dialect, skip_typed_literals: bool) -> Box<dyn SqlDialect> {
-    fn boxed<D: SqlDialect>(d: D, skip: bool) -> Box<dyn SqlDialect> {
-        if skip {
-            Box::new(prefix::PrefixDialect::new(d))
-        } else {
-            Box::new(d)
-        }
-    }
-    match dialect {
-        Dialect::Postgres => boxed(PostgreSqlDialect {}, skip_typed_literals),
-        Dialect::Mysql => boxed(MySqlDialect {}, skip_typed_literals),
-        Dialect::Sqlite => boxed(SQLiteDialect {}, skip_typed_literals),
-        Dialect::Generic => boxed(GenericDialect {}, skip_typed_literals),
-    }
-}
-
-fn parse_with(
-    dialect: &dyn SqlDialect,
-    sql: &str,
-    limit: usize,
-) -> Result<Vec<sqlparser::ast::Statement>, ParserError> {
-    Parser::new(dialect)
-        .with_recursion_limit(limit)
-        .try_with_sql(sql)
-        .and_then(|mut p| p.parse_statements())
-}
-
-/// For `tests/engine_parse_equivalence.rs`: sqlparser's result for `sql`
-/// (statements with their spans, or the error), as the engine drives it
-/// (`engine_path`) or with the plain dialect, written with `{:?}`.
-#[doc(hidden)]
-pub fn parse_debug(
-    dialect: Dialect,
-    sql: &str,
-    recursion_limit: usize,
-    engine_path: bool,
-) -> String {
-    let d = sql_dialect(dialect, engine_path);
-    format!("{:?}", parse_with(d.as_ref(), sql, recursion_limit))
-}
-
 /// Parses exactly one statement with the policy's dialect.
 fn parse_one(dialect: Dialect, sql: &str) -> Result<sqlparser::ast::Statement, Violation> {
-    let dialect = sql_dialect(dialect, true);
-    let parse = |limit: usize| parse_with(dialect.as_ref(), sql, limit);
+    let dialect: Box<dyn SqlDialect> = match dialect {
+        Dialect::Postgres => Box::new(PostgreSqlDialect {}),
+        Dialect::Mysql => Box::new(MySqlDialect {}),
+        Dialect::Sqlite => Box::new(SQLiteDialect {}),
+        Dialect::Generic => Box::new(GenericDialect {}),
+    };
+    let parse = |limit: usize| {
+        Parser::new(dialect.as_ref())
+            .with_recursion_limit(limit)
+            .try_with_sql(sql)
+            .and_then(|mut p| p.parse_statements())
+    };
     let too_deep = || {
         Violation::new(
             Code::TooComplex,
