@@ -116,3 +116,54 @@ fn worker(shared: &Shared) {
         let _ = job.reply.send(decision);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::engine::{Rules, StatementKind, verify};
+
+    fn orders_policy() -> Arc<Policy> {
+        Arc::new(Policy::new(&Rules {
+            name: "orders".into(),
+            allowed_statements: vec![StatementKind::Select],
+            tables: BTreeMap::from([("orders".to_owned(), Some(vec!["id".to_owned()]))]),
+            ..Rules::default()
+        }))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_job_gets_the_engine_s_answer_and_a_closed_pool_takes_none() {
+        let pool = Arc::new(VerifyPool::new(2).unwrap());
+        let policy = orders_policy();
+        let queries: Vec<String> = (0..64)
+            .map(|i| match i % 2 {
+                0 => format!("SELECT id FROM orders LIMIT {i}"),
+                _ => format!("SELECT email FROM orders LIMIT {i}"),
+            })
+            .collect();
+        // All queued at once, more than the workers, so jobs wait in the queue.
+        let tasks: Vec<_> = queries
+            .iter()
+            .map(|sql| {
+                let (pool, policy, sql) = (Arc::clone(&pool), Arc::clone(&policy), sql.clone());
+                tokio::spawn(async move { pool.verify(policy, sql).await })
+            })
+            .collect();
+        for (sql, task) in queries.iter().zip(tasks) {
+            // A job left in the queue (a missed wake-up) fails here, not hangs.
+            let answer = tokio::time::timeout(std::time::Duration::from_secs(30), task).await;
+            let decision = answer.expect("answered in time").unwrap().unwrap();
+            assert_eq!(decision, verify(&policy, sql), "{sql}");
+        }
+        assert!(verify(&policy, &queries[0]).allowed);
+        assert!(!verify(&policy, &queries[1]).allowed);
+
+        pool.close();
+        assert!(matches!(
+            pool.verify(policy, queries[0].clone()).await,
+            Err(PoolError::Stopped)
+        ));
+    }
+}
