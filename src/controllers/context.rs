@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::channel::mpsc::UnboundedSender;
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
@@ -14,7 +15,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -22,6 +23,7 @@ use tokio::sync::Semaphore;
 
 use crate::api::{HaltSQLPolicy, HaltSQLServer};
 use crate::controllers::backoff::Backoff;
+use crate::controllers::judgement::Judged;
 use crate::controllers::metrics::Metrics;
 use crate::controllers::policy::validator::Validator;
 use crate::controllers::server::PendingSince;
@@ -156,6 +158,11 @@ pub struct Context {
     pub pending_since: PendingSince,
     /// How many passes of each controller may run at once.
     pub pass_limits: Arc<PassLimits>,
+    /// Policy judgements ahead of the status writes that report them.
+    pub judged: Judged,
+    /// Asks the server controller for a pass (`None`: nobody listens, as in
+    /// a context the tests reconcile with directly).
+    server_requeue: Option<UnboundedSender<ObjectRef<HaltSQLServer>>>,
 }
 
 /// How many passes of each controller may run at once, shared by every
@@ -207,6 +214,29 @@ impl Context {
             settings,
             own_writes: OwnWrites::default(),
             pending_since: PendingSince::default(),
+            judged: Judged::default(),
+            server_requeue: None,
+        }
+    }
+
+    /// Sends the servers that a judgement concerns to `requeue`, the server
+    /// controller's queue.
+    pub fn with_server_requeue(
+        mut self,
+        requeue: UnboundedSender<ObjectRef<HaltSQLServer>>,
+    ) -> Self {
+        self.server_requeue = Some(requeue);
+        self
+    }
+
+    /// Asks the server controller for a pass over each of `servers`.
+    pub fn requeue_servers(&self, servers: impl IntoIterator<Item = ObjectRef<HaltSQLServer>>) {
+        let Some(requeue) = &self.server_requeue else {
+            return;
+        };
+        for server in servers {
+            // Closed only while the operator stops; nothing to do then.
+            let _ = requeue.unbounded_send(server);
         }
     }
 

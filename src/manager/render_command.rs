@@ -193,7 +193,8 @@ pub async fn run(args: &RenderArgs) -> Result<String, RenderCmdError> {
                 .get(&key_of(&namespace, name))
                 .map(|p| Arc::new(p.clone()))
         };
-        let ready = match gate_policies_with(server, lookup) {
+        // Offline, only the policies' statuses judge them.
+        let ready = match gate_policies_with(server, lookup, |_| None) {
             PolicyGate::Open(ready) => ready,
             PolicyGate::Closed { reason, message } => {
                 return Err(RenderCmdError::PoliciesNotReady {

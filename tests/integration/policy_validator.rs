@@ -122,6 +122,28 @@ async fn valid_policy_reports_its_name_and_is_cached() {
 }
 
 #[tokio::test]
+async fn the_same_document_asked_for_at_once_is_judged_once() {
+    let f = Fixture::new();
+    let v = f.real();
+    let expected = Verdict::Valid {
+        policy_name: Some("orders-agent".into()),
+    };
+    // Two runs may go at once, so without the shared flight each call would
+    // start its own run.
+    let doc = inline(&valid_policy());
+    let (first, second, third) = tokio::join!(v.validate(&doc), v.validate(&doc), v.validate(&doc));
+    assert_eq!(first, expected);
+    assert_eq!(second, expected);
+    assert_eq!(third, expected);
+    assert_eq!(
+        f.runs("valid"),
+        1,
+        "one run for one content asked for three times"
+    );
+    f.assert_clean();
+}
+
+#[tokio::test]
 async fn invalid_policy_has_located_errors_without_temp_paths() {
     let f = Fixture::new();
     let v = f.real();

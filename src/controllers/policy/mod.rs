@@ -8,12 +8,18 @@
 //!   when generation and content are unchanged, otherwise judge the spec,
 //!   derive `Synced` from the servers' `appliedPolicies`, and write the
 //!   status only when it changed.
+//! - [`ahead`] hands each judgement to the servers before the status write
+//!   that reports it, and judges the policies ahead of their passes at
+//!   start-up.
 
+mod ahead;
 mod reconcile;
 pub mod validator;
 
+pub use crate::controllers::judgement::Judgement;
+pub use ahead::judge_ahead;
 pub use reconcile::{
-    Error, Judgement, error_policy, invalid_spec, judge, policies_affected_by,
-    policies_referenced_by, reconcile,
+    Error, error_policy, invalid_spec, judge, policies_affected_by, policies_referenced_by,
+    reconcile,
 };
 pub use validator::{Validator, Verdict, remove_stale_private_dirs};

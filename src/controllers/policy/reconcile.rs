@@ -52,14 +52,16 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde::Deserialize;
 use tracing::info;
 
+use super::ahead::judgement_of;
 use super::validator::{Validator, Verdict};
 use crate::api::{
     ConditionStatus, DesiredCondition, HaltSQLPolicy, HaltSQLPolicySpec, HaltSQLPolicyStatus,
-    HaltSQLServer, MAX_POLICY_BYTES, PolicyConditionType, PolicySource, SyncedReason, ValidReason,
+    HaltSQLServer, MAX_POLICY_BYTES, PolicyConditionType, PolicySource, SyncedReason,
     find_condition, set_condition,
 };
 use crate::controllers::backoff::Backoff;
 use crate::controllers::context::Context;
+use crate::controllers::judgement::Judgement;
 use crate::controllers::metrics::ControllerKind;
 use crate::controllers::reconcile::{self as wrapper, Pass, PassError, Reconciled, is_conflict};
 use crate::render;
@@ -78,89 +80,6 @@ pub enum Error {
 impl PassError for Error {
     fn is_conflict(&self) -> bool {
         matches!(self, Error::Kube(e) if is_conflict(e))
-    }
-}
-
-/// What the policy's content was judged to be.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Judgement {
-    /// `Valid=True`, `Validated`.
-    Validated { policy_name: String },
-    /// `Valid=False`, `ValidationFailed`, with the located errors.
-    ValidationFailed { message: String },
-    /// `Valid=False`, `InvalidSpec`.
-    InvalidSpec { message: String },
-    /// `Valid=False`, `NotAPolicy`: no validator was started.
-    NotAPolicy { message: String },
-    /// `Valid=Unknown`, `ValidatorError`: retried with backoff.
-    ValidatorError { message: String },
-}
-
-impl Judgement {
-    /// The `Valid` condition this judgement sets.
-    pub fn condition(&self) -> DesiredCondition {
-        match self {
-            Judgement::Validated { policy_name } => DesiredCondition::new(
-                ConditionStatus::True,
-                ValidReason::Validated,
-                format!("haltsql validate accepted the policy {policy_name:?}"),
-            ),
-            Judgement::ValidationFailed { message } => DesiredCondition::new(
-                ConditionStatus::False,
-                ValidReason::ValidationFailed,
-                message.clone(),
-            ),
-            Judgement::InvalidSpec { message } => DesiredCondition::new(
-                ConditionStatus::False,
-                ValidReason::InvalidSpec,
-                message.clone(),
-            ),
-            Judgement::NotAPolicy { message } => DesiredCondition::new(
-                ConditionStatus::False,
-                ValidReason::NotAPolicy,
-                message.clone(),
-            ),
-            Judgement::ValidatorError { message } => DesiredCondition::new(
-                ConditionStatus::Unknown,
-                ValidReason::ValidatorError,
-                message.clone(),
-            ),
-        }
-    }
-
-    /// `status.policyName`: set only when the policy is valid.
-    pub fn policy_name(&self) -> Option<&str> {
-        match self {
-            Judgement::Validated { policy_name } => Some(policy_name),
-            _ => None,
-        }
-    }
-
-    /// The judgement the status already records for this generation and
-    /// content, if it may be reused (a `ValidatorError` never is).
-    fn from_status(
-        status: &HaltSQLPolicyStatus,
-        generation: Option<i64>,
-        hash: &str,
-    ) -> Option<Self> {
-        if status.observed_generation != generation || status.content_hash.as_deref() != Some(hash)
-        {
-            return None;
-        }
-        let valid = find_condition(&status.conditions, PolicyConditionType::Valid.as_str())?;
-        if valid.observed_generation != generation {
-            return None;
-        }
-        let message = valid.message.clone();
-        match (valid.status.as_str(), valid.reason.as_str()) {
-            ("True", "Validated") => Some(Judgement::Validated {
-                policy_name: status.policy_name.clone()?,
-            }),
-            ("False", "ValidationFailed") => Some(Judgement::ValidationFailed { message }),
-            ("False", "InvalidSpec") => Some(Judgement::InvalidSpec { message }),
-            ("False", "NotAPolicy") => Some(Judgement::NotAPolicy { message }),
-            _ => None,
-        }
     }
 }
 
@@ -197,14 +116,13 @@ pub fn error_policy(policy: Arc<HaltSQLPolicy>, error: &Error, ctx: Arc<Context>
 async fn reconcile_policy(policy: &HaltSQLPolicy, ctx: &Context) -> Result<Pass, Error> {
     // Policies are namespaced; a cluster-scoped one would be a broken CRD.
     policy.namespace().ok_or(Error::NotNamespaced)?;
-    let name = policy.name_any();
     let generation = policy.metadata.generation;
     let hash = render::content_hash(&policy.spec);
     let current = policy.status.clone().unwrap_or_default();
 
     let judgement = match Judgement::from_status(&current, generation, &hash) {
         Some(known) => known,
-        None => judge(&name, &policy.spec, &ctx.validator).await,
+        None => judgement_of(policy, &hash, ctx).await,
     };
     let synced = synced_condition(policy, &judgement, &hash, &ctx.servers);
 

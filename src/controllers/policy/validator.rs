@@ -106,6 +106,40 @@ pub struct Validator {
     waiting: Mutex<VecDeque<Waiting>>,
     /// One permit per run that may go at once.
     runs: Semaphore,
+    /// Documents being judged, with whoever else waits for their verdict.
+    in_flight: Mutex<HashMap<String, Vec<oneshot::Sender<Verdict>>>>,
+}
+
+/// The one judgement of a document under way. Landing hands its verdict to
+/// everyone who asked meanwhile; dropped without landing (the asking pass
+/// was cancelled), it lets them go with a cancelled verdict, which is
+/// retried like any validator error.
+struct Flight<'a> {
+    in_flight: &'a Mutex<HashMap<String, Vec<oneshot::Sender<Verdict>>>>,
+    /// `None` once landed.
+    key: Option<String>,
+}
+
+impl Flight<'_> {
+    fn land(mut self, verdict: &Verdict) {
+        for follower in self.take_followers() {
+            // A follower that went away needs no answer.
+            let _ = follower.send(verdict.clone());
+        }
+    }
+
+    fn take_followers(&mut self) -> Vec<oneshot::Sender<Verdict>> {
+        match self.key.take() {
+            Some(key) => lock(self.in_flight).remove(&key).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    }
+}
+
+impl Drop for Flight<'_> {
+    fn drop(&mut self) {
+        drop(self.take_followers());
+    }
 }
 
 /// A document waiting for a run, and whoever waits for its verdict.
@@ -128,6 +162,7 @@ impl Validator {
             cache: Mutex::new(VerdictCache::new(DEFAULT_CACHE_CAPACITY)),
             waiting: Mutex::new(VecDeque::new()),
             runs: Semaphore::new(concurrency.max(1)),
+            in_flight: Mutex::new(HashMap::new()),
         }
     }
 
@@ -142,13 +177,52 @@ impl Validator {
     /// judged before, otherwise from a `haltsql validate` run.
     pub async fn validate(&self, doc: &ValidationDocument) -> Verdict {
         let key = document_key(doc);
-        if let Some(verdict) = lock(&self.cache).get(&key) {
-            self.metrics
-                .validator_cache_hits
-                .with_label_values(&[verdict.outcome()])
-                .inc();
+        if let Some(verdict) = self.cached(&key) {
             return verdict;
         }
+        // The same document asked for twice at once (a policy's pass and the
+        // start-up's judging ahead) is judged once.
+        let flight = match self.join_flight(&key) {
+            Ok(flight) => flight,
+            Err(verdict) => return verdict.await.unwrap_or_else(|_| cancelled()),
+        };
+        // A run may have answered between the first look and the flight.
+        let verdict = match self.cached(&key) {
+            Some(verdict) => verdict,
+            None => self.judge_queued(key, doc).await,
+        };
+        flight.land(&verdict);
+        verdict
+    }
+
+    /// The flight of `key` if this caller is the first to ask for it, or
+    /// where the first one's verdict will come.
+    fn join_flight(&self, key: &str) -> Result<Flight<'_>, oneshot::Receiver<Verdict>> {
+        let mut in_flight = lock(&self.in_flight);
+        if let Some(followers) = in_flight.get_mut(key) {
+            let (reply, verdict) = oneshot::channel();
+            followers.push(reply);
+            return Err(verdict);
+        }
+        in_flight.insert(key.to_owned(), Vec::new());
+        Ok(Flight {
+            in_flight: &self.in_flight,
+            key: Some(key.to_owned()),
+        })
+    }
+
+    fn cached(&self, key: &str) -> Option<Verdict> {
+        let verdict = lock(&self.cache).get(key)?;
+        self.metrics
+            .validator_cache_hits
+            .with_label_values(&[verdict.outcome()])
+            .inc();
+        Some(verdict)
+    }
+
+    /// Queues `doc` for the next run and takes part in the runs until its
+    /// verdict comes.
+    async fn judge_queued(&self, key: String, doc: &ValidationDocument) -> Verdict {
         let (reply, mut verdict) = oneshot::channel();
         lock(&self.waiting).push_back(Waiting {
             key,

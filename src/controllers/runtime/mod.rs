@@ -290,7 +290,8 @@ async fn run_scope(
             settings.clone(),
             metrics,
         )
-        .with_pass_limits(operator_wide.pass_limits),
+        .with_pass_limits(operator_wide.pass_limits)
+        .with_server_requeue(requeues.servers.clone()),
     );
     let synced_inputs = Arc::new(SyncedInputs::default());
     let root_streams = stores.into_root_streams(&client, &scope, &ctx, &requeues, &synced_inputs);
@@ -344,13 +345,19 @@ async fn run_scope(
     // DelayedInit keeps a single waker), so a reconcile or a controller's own
     // startup waiting alongside could hang for good. Once synced, every later
     // wait returns at once.
+    let judging = ctx.clone();
     let run = async move {
         tokio::select! {
             synced = ctx.wait_for_stores() => if !synced { return },
             _ = shutdown => return,
         }
         readiness.scopes_synced.fetch_add(1, Ordering::SeqCst);
-        futures::future::join(policy_controller, server_controller).await;
+        futures::future::join3(
+            policy_controller,
+            server_controller,
+            policy::judge_ahead(judging),
+        )
+        .await;
     };
 
     let watches = stream::iter(root_streams).for_each_concurrent(None, |stream| stream);

@@ -27,6 +27,7 @@ pub(super) fn on_policy_deleted(
 ) -> impl Fn(&HaltSQLPolicy) + Send + 'static {
     move |policy| {
         ctx.own_writes.forget(policy);
+        ctx.judged.forget(&ObjectRef::from_obj(policy));
         for server in server::servers_referencing(&ctx.servers, policy) {
             let _ = to_servers.unbounded_send(server);
         }

@@ -1,5 +1,6 @@
 //! The fail-closed gate: a server is rendered only while every policy it
-//! references is `Valid` for its current generation and content.
+//! references is `Valid` for its current generation and content, as its
+//! status says or, before that status lands, as this operator judged it.
 
 use std::sync::Arc;
 
@@ -10,6 +11,7 @@ use crate::api::{
     ConditionStatus, HaltSQLPolicy, HaltSQLPolicySpec, HaltSQLServer, PoliciesReadyReason,
     PolicyConditionType, find_condition,
 };
+use crate::controllers::judgement::{Judged, Judgement};
 use crate::render::PolicyInput;
 use crate::render::content::content_hash;
 
@@ -48,21 +50,31 @@ pub enum PolicyGate {
 
 /// Checks every policy the server references, in the order of `spec.policies`.
 /// The first missing policy wins over an invalid one, which wins over a pending one.
-pub fn gate_policies(server: &HaltSQLServer, policies: &Store<HaltSQLPolicy>) -> PolicyGate {
+pub fn gate_policies(
+    server: &HaltSQLServer,
+    policies: &Store<HaltSQLPolicy>,
+    judged: &Judged,
+) -> PolicyGate {
     let namespace = server.namespace();
-    gate_policies_with(server, |name| {
-        let mut key = ObjectRef::<HaltSQLPolicy>::new(name);
-        if let Some(ns) = namespace.as_deref() {
-            key = key.within(ns);
-        }
-        policies.get(&key)
-    })
+    gate_policies_with(
+        server,
+        |name| {
+            let mut key = ObjectRef::<HaltSQLPolicy>::new(name);
+            if let Some(ns) = namespace.as_deref() {
+                key = key.within(ns);
+            }
+            policies.get(&key)
+        },
+        |policy| judged.of(policy),
+    )
 }
 
-/// The gate over any source of policies (the store, or files for `render`).
+/// The gate over any source of policies (the store, or files for `render`)
+/// and of judgements not yet in their status (`judged`).
 pub fn gate_policies_with(
     server: &HaltSQLServer,
     lookup: impl Fn(&str) -> Option<Arc<HaltSQLPolicy>>,
+    judged: impl Fn(&HaltSQLPolicy) -> Option<Judgement>,
 ) -> PolicyGate {
     let mut missing = Vec::new();
     let mut invalid = Vec::new();
@@ -73,7 +85,13 @@ pub fn gate_policies_with(
             missing.push(reference.name.clone());
             continue;
         };
-        match readiness(&policy) {
+        let readiness = match readiness(&policy) {
+            Readiness::Pending => {
+                judged(&policy).map_or(Readiness::Pending, |j| readiness_judged(&policy, j))
+            }
+            known => known,
+        };
+        match readiness {
             Readiness::Ready(p) => ready.push(*p),
             Readiness::Invalid(why) => invalid.push(format!("{} ({why})", reference.name)),
             Readiness::Pending => pending += 1,
@@ -103,6 +121,22 @@ pub fn gate_policies_with(
         };
     }
     PolicyGate::Open(ready)
+}
+
+/// What a judgement of the current generation and content says, before the
+/// policy's status does.
+fn readiness_judged(policy: &HaltSQLPolicy, judgement: Judgement) -> Readiness {
+    match judgement {
+        Judgement::Validated { policy_name } => Readiness::Ready(Box::new(ReadyPolicy {
+            object_name: policy.name_any(),
+            policy_name,
+            content_hash: content_hash(&policy.spec),
+            spec: policy.spec.clone(),
+        })),
+        // Not kept by `Judged`; here for completeness.
+        Judgement::ValidatorError { .. } => Readiness::Pending,
+        other => Readiness::Invalid(other.condition().reason.to_owned()),
+    }
 }
 
 enum Readiness {
@@ -141,5 +175,117 @@ fn readiness(policy: &HaltSQLPolicy) -> Readiness {
             }))
         }
         _ => Readiness::Pending,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{HaltSQLPolicyStatus, HaltSQLServerSpec, PolicyReference};
+
+    const DOC: &str = "kind: Policy\nmetadata: {name: orders}\n";
+
+    fn server() -> HaltSQLServer {
+        let mut server = HaltSQLServer::new(
+            "hs",
+            HaltSQLServerSpec {
+                policies: vec![PolicyReference {
+                    name: "p".to_owned(),
+                }],
+                ..HaltSQLServerSpec::default()
+            },
+        );
+        server.metadata.namespace = Some("ns".to_owned());
+        server
+    }
+
+    /// Generation 2 of `p`, whose status still judges generation 1.
+    fn edited_policy() -> Arc<HaltSQLPolicy> {
+        let mut policy = HaltSQLPolicy::new(
+            "p",
+            HaltSQLPolicySpec {
+                policy: Some(DOC.to_owned()),
+                bundle_source: None,
+            },
+        );
+        policy.metadata.namespace = Some("ns".to_owned());
+        policy.metadata.generation = Some(2);
+        policy.status = Some(HaltSQLPolicyStatus {
+            observed_generation: Some(1),
+            ..HaltSQLPolicyStatus::default()
+        });
+        Arc::new(policy)
+    }
+
+    fn gate(judged: &Judged) -> PolicyGate {
+        let policy = edited_policy();
+        gate_policies_with(&server(), |_| Some(policy.clone()), |p| judged.of(p))
+    }
+
+    #[test]
+    fn a_stale_status_without_a_judgement_keeps_the_gate_closed() {
+        let judged = Judged::default();
+        assert!(matches!(
+            gate(&judged),
+            PolicyGate::Closed {
+                reason: PoliciesReadyReason::PolicyPendingValidation,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_judgement_of_the_current_generation_and_content_opens_the_gate() {
+        let judged = Judged::default();
+        let hash = content_hash(&edited_policy().spec);
+        let validated = Judgement::Validated {
+            policy_name: "orders".to_owned(),
+        };
+        judged.record(ObjectRef::new("p").within("ns"), Some(2), &hash, &validated);
+        let PolicyGate::Open(ready) = gate(&judged) else {
+            panic!("the gate stayed closed");
+        };
+        assert_eq!(ready.len(), 1);
+        assert_eq!(ready[0].policy_name, "orders");
+        assert_eq!(ready[0].content_hash, hash);
+    }
+
+    #[test]
+    fn a_judgement_of_other_content_or_a_rejection_does_not_open_it() {
+        let judged = Judged::default();
+        let validated = Judgement::Validated {
+            policy_name: "orders".to_owned(),
+        };
+        judged.record(
+            ObjectRef::new("p").within("ns"),
+            Some(2),
+            "another-content",
+            &validated,
+        );
+        assert!(matches!(gate(&judged), PolicyGate::Closed { .. }));
+        judged.record(
+            ObjectRef::new("p").within("ns"),
+            Some(1),
+            &content_hash(&edited_policy().spec),
+            &validated,
+        );
+        assert!(matches!(gate(&judged), PolicyGate::Closed { .. }));
+
+        let rejected = Judgement::ValidationFailed {
+            message: "line 2: unknown table".to_owned(),
+        };
+        judged.record(
+            ObjectRef::new("p").within("ns"),
+            Some(2),
+            &content_hash(&edited_policy().spec),
+            &rejected,
+        );
+        assert!(matches!(
+            gate(&judged),
+            PolicyGate::Closed {
+                reason: PoliciesReadyReason::PolicyNotValid,
+                ..
+            }
+        ));
     }
 }

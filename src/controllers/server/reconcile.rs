@@ -76,7 +76,7 @@ async fn reconcile_server(server: &HaltSQLServer, ctx: &Context) -> Result<Pass,
     let uid = server.uid().ok_or(Error::NoUid)?;
 
     // Fail closed: nothing is re-rendered unless every referenced policy is valid.
-    let gate = gate_policies(server, &ctx.policies);
+    let gate = gate_policies(server, &ctx.policies, &ctx.judged);
     let key = object_key(Some(&namespace), &server.name_any());
     if let Some(rest) = ctx
         .pending_since
