@@ -41,22 +41,26 @@ pub async fn judgement_of(policy: &HaltSQLPolicy, hash: &str, ctx: &Context) -> 
 /// in flight at once: enough to keep every validator run busy, few enough
 /// that the order holds and the operator's memory stays where it was.
 pub async fn judge_ahead(ctx: Arc<Context>) {
-    let mut policies: Vec<Arc<HaltSQLPolicy>> = ctx
+    let mut unjudged: Vec<(Arc<HaltSQLPolicy>, String)> = ctx
         .policies
         .state()
         .into_iter()
-        .filter(|policy| {
+        .map(|policy| {
             let hash = render::content_hash(&policy.spec);
-            let status = policy.status.clone().unwrap_or_default();
-            Judgement::from_status(&status, policy.metadata.generation, &hash).is_none()
+            (policy, hash)
+        })
+        .filter(|(policy, hash)| match &policy.status {
+            Some(status) => {
+                Judgement::from_status(status, policy.metadata.generation, hash).is_none()
+            }
+            None => true,
         })
         .collect();
-    policies.sort_by_key(|policy| (policy.namespace(), policy.name_any()));
-    futures::stream::iter(policies)
-        .for_each_concurrent(MAX_BATCH_DOCUMENTS, |policy| {
+    unjudged.sort_by_key(|(policy, _)| (policy.namespace(), policy.name_any()));
+    futures::stream::iter(unjudged)
+        .for_each_concurrent(MAX_BATCH_DOCUMENTS, |(policy, hash)| {
             let ctx = ctx.clone();
             async move {
-                let hash = render::content_hash(&policy.spec);
                 judgement_of(&policy, &hash, &ctx).await;
             }
         })

@@ -217,6 +217,20 @@ mod tests {
         Arc::new(policy)
     }
 
+    fn key() -> ObjectRef<HaltSQLPolicy> {
+        ObjectRef::new("p").within("ns")
+    }
+
+    fn is_pending(gate: &PolicyGate) -> bool {
+        matches!(
+            gate,
+            PolicyGate::Closed {
+                reason: PoliciesReadyReason::PolicyPendingValidation,
+                ..
+            }
+        )
+    }
+
     fn gate(judged: &Judged) -> PolicyGate {
         let policy = edited_policy();
         gate_policies_with(&server(), |_| Some(policy.clone()), |p| judged.of(p))
@@ -224,14 +238,7 @@ mod tests {
 
     #[test]
     fn a_stale_status_without_a_judgement_keeps_the_gate_closed() {
-        let judged = Judged::default();
-        assert!(matches!(
-            gate(&judged),
-            PolicyGate::Closed {
-                reason: PoliciesReadyReason::PolicyPendingValidation,
-                ..
-            }
-        ));
+        assert!(is_pending(&gate(&Judged::default())));
     }
 
     #[test]
@@ -241,7 +248,7 @@ mod tests {
         let validated = Judgement::Validated {
             policy_name: "orders".to_owned(),
         };
-        judged.record(ObjectRef::new("p").within("ns"), Some(2), &hash, &validated);
+        judged.record(key(), Some(2), &hash, &validated);
         let PolicyGate::Open(ready) = gate(&judged) else {
             panic!("the gate stayed closed");
         };
@@ -256,30 +263,16 @@ mod tests {
         let validated = Judgement::Validated {
             policy_name: "orders".to_owned(),
         };
-        judged.record(
-            ObjectRef::new("p").within("ns"),
-            Some(2),
-            "another-content",
-            &validated,
-        );
-        assert!(matches!(gate(&judged), PolicyGate::Closed { .. }));
-        judged.record(
-            ObjectRef::new("p").within("ns"),
-            Some(1),
-            &content_hash(&edited_policy().spec),
-            &validated,
-        );
-        assert!(matches!(gate(&judged), PolicyGate::Closed { .. }));
+        let hash = content_hash(&edited_policy().spec);
+        judged.record(key(), Some(2), "another-content", &validated);
+        assert!(is_pending(&gate(&judged)));
+        judged.record(key(), Some(1), &hash, &validated);
+        assert!(is_pending(&gate(&judged)));
 
         let rejected = Judgement::ValidationFailed {
             message: "line 2: unknown table".to_owned(),
         };
-        judged.record(
-            ObjectRef::new("p").within("ns"),
-            Some(2),
-            &content_hash(&edited_policy().spec),
-            &rejected,
-        );
+        judged.record(key(), Some(2), &hash, &rejected);
         assert!(matches!(
             gate(&judged),
             PolicyGate::Closed {
