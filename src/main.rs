@@ -23,7 +23,7 @@ use haltsql_operator::controllers::context::Settings;
 use haltsql_operator::controllers::metrics::Metrics;
 use haltsql_operator::controllers::runtime::{self, Readiness};
 use haltsql_operator::manager::cli::{Cli, Command, RunArgs};
-use haltsql_operator::manager::{http, leader, render_command, telemetry};
+use haltsql_operator::manager::{api_client, http, leader, render_command, telemetry};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -122,9 +122,15 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
         tokio::spawn(http::serve_health(listener, readiness.clone()));
     }
 
-    let client = Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("cannot configure the Kubernetes client (KUBECONFIG or in-cluster)")?;
+    // The lease has a client of its own, so that its renewals never queue
+    // behind the controllers' requests.
+    let client = Client::try_from(config.clone()).context("cannot build the Kubernetes client")?;
+    // One request in flight per pass of either controller.
+    let controllers_client = api_client::bounded(config, 2 * usize::from(args.concurrency))
+        .context("cannot build the Kubernetes client")?;
 
     // A run killed in the middle of a validation (OOM, SIGKILL) left its
     // private directory behind; in a pod, /tmp outlives the container.
@@ -165,7 +171,7 @@ async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let controllers_result = Arc::new(std::sync::Mutex::new(None));
     let start = {
-        let client = client.clone();
+        let client = controllers_client;
         let metrics = metrics.clone();
         let readiness = readiness.clone();
         let shutdown = shutdown.clone();

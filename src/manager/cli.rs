@@ -134,8 +134,9 @@ pub struct RunArgs {
     pub validator_timeout_seconds: u64,
 
     /// Reconciles that may run at once in each of the two controllers, over
-    /// every watched namespace together (however they are watched): the
-    /// bound on the operator's writes in flight at the API server.
+    /// every watched namespace together (however they are watched). Twice
+    /// this is the bound on the requests the controllers have waiting for the
+    /// API server's answer at once.
     #[arg(
         long,
         value_name = "N",

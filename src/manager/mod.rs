@@ -2,6 +2,7 @@
 //! HTTP endpoints (metrics, probes), leader election, logging, and the
 //! offline `render` subcommand. Depends on [`crate::controllers`], never the
 //! other way round.
+pub mod api_client;
 pub mod cli;
 pub mod http;
 pub mod leader;
