@@ -8,9 +8,10 @@
 # VERIFY_BENCH_CONNECTIONS (default 4) keep-alive connections: once with a
 # typical allowed query, once with a typical denied one. Prints
 # decisions/s, latency p50/p99 and the load average (/proc/loadavg) at the
-# start and the end of each run, with the server's CPU time and context
-# switches per decision (steadier than decisions/s when other work shares
-# the cores), then runs the in-process benchmark
+# start and the end of each run, with the server's CPU time (and the
+# kernel's part of it) and context switches per decision (steadier than
+# decisions/s when other work shares the cores) and wrk's own CPU time per
+# decision, then runs the in-process benchmark
 # (haltsql/examples/verify_bench.rs) for comparison.
 #
 # The goal (issue 19) is 20,000 decisions/s at 4 connections on 2 cores on
@@ -142,12 +143,17 @@ for kind in allowed denied; do
     sleep 0.5
   fi
   cpu_before="$(awk '{print $14 + $15}' "/proc/$server_pid/stat")"
+  sys_before="$(awk '{print $15}' "/proc/$server_pid/stat")"
   cs_before="$(switches "$server_pid")"
   load_start="$(loadavg)"
-  wrk -t"$wrk_threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$kind.lua" "$url" \
-    > "$work/wrk-$kind.txt" || die "wrk failed ($kind)"
+  # wrk's own CPU time (user and system seconds), from bash's `time`.
+  TIMEFORMAT='%U %S'
+  { time wrk -t"$wrk_threads" -c"$connections" -d"${seconds}s" --latency -s "$work/$kind.lua" "$url" \
+    > "$work/wrk-$kind.txt" 2>&1 ; } 2> "$work/wrk-$kind.time" || die "wrk failed ($kind)"
+  wrk_cpu="$(awk '{print $1 + $2}' "$work/wrk-$kind.time")"
   load_end="$(loadavg)"
   cpu_after="$(awk '{print $14 + $15}' "/proc/$server_pid/stat")"
+  sys_after="$(awk '{print $15}' "/proc/$server_pid/stat")"
   cs_after="$(switches "$server_pid")"
   if [[ -n $perf_pid ]]; then
     kill -INT "$perf_pid" 2>/dev/null || true
@@ -170,14 +176,15 @@ for kind in allowed denied; do
   ticks="$(getconf CLK_TCK)"
   server_cpu="$(awk -v a="$cpu_before" -v b="$cpu_after" -v t="$ticks" -v s="$seconds" 'BEGIN {printf "%.2f", (b - a) / t / s}')"
   requests="$(awk '/ requests in / {print $1}' "$work/wrk-$kind.txt")"
-  per_decision="$(awk -v a="$cpu_before" -v b="$cpu_after" -v t="$ticks" -v r="$requests" -v c0="$cs_before" -v c1="$cs_after" 'BEGIN {
+  per_decision="$(awk -v a="$cpu_before" -v b="$cpu_after" -v sa="$sys_before" -v sb="$sys_after" -v t="$ticks" -v r="$requests" -v c0="$cs_before" -v c1="$cs_after" 'BEGIN {
     split(c0, x, " "); split(c1, y, " ");
-    if (r > 0) printf "%.1f us CPU, %.2f + %.2f context switches", (b - a) / t / r * 1e6, (y[1] - x[1]) / r, (y[2] - x[2]) / r }')"
+    if (r > 0) printf "%.1f us CPU (%.1f in the kernel), %.2f + %.2f context switches", (b - a) / t / r * 1e6, (sb - sa) / t / r * 1e6, (y[1] - x[1]) / r, (y[2] - x[2]) / r }')"
+  wrk_per_decision="$(awk -v w="$wrk_cpu" -v r="$requests" 'BEGIN { if (r > 0) printf "%.1f us CPU", w / r * 1e6 }')"
   verdict="goal met"
   (( rps >= goal )) || verdict="goal NOT met"
   results+=("$(printf '%-8s %6s decisions/s  p50 %7s ms  p99 %7s ms  server CPU %4s cores  load avg %s -> %s  (%s: %d/s)%s' \
     "$kind" "$rps" "$p50" "$p99" "$server_cpu" "$load_start" "$load_end" "$verdict" "$goal" "${errors:+  $errors}")")
-  results+=("$(printf '         server per decision: %s (voluntary + involuntary)' "$per_decision")")
+  results+=("$(printf '         server per decision: %s (voluntary + involuntary); wrk: %s' "$per_decision" "$wrk_per_decision")")
 done
 audit_lines="$(wc -l < "$work/audit.log")"
 

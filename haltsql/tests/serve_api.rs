@@ -555,6 +555,87 @@ fn serve_unauthenticated_mode_and_raw_sql() {
     assert_eq!(e["sql"], sql);
 }
 
+/// Many decisions at once from several connections: every answered
+/// decision has exactly one audit event, all in one unbroken chain (seq
+/// 1..N, each `prev` the hash of the line before), and each event records
+/// the decision that was answered for its SQL. The verify pool's threads
+/// write the events, so a lost, doubled, torn or reordered event fails
+/// here.
+#[test]
+fn concurrent_decisions_each_have_one_event_in_one_chain() {
+    let pod = Pod::new(None, "", "");
+    let extra = format!(
+        "audit:\n  log_raw_sql: true\n  sinks: [{{type: file, path: {}}}]\n",
+        pod.audit_path().display()
+    );
+    let config = std::fs::read_to_string(pod.config_path()).unwrap_or_default() + &extra;
+    write(&pod.config_path(), &config);
+    let server = Server::start(&pod);
+
+    const CLIENTS: usize = 8;
+    const EACH: usize = 40;
+    let answered: Vec<(String, bool)> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| {
+                let api = pod.api;
+                scope.spawn(move || {
+                    (0..EACH)
+                        .map(|i| {
+                            // Unique SQL per request; every other one denied.
+                            let sql = match i % 2 {
+                                0 => format!("SELECT id FROM orders WHERE id = {c}{i:03} LIMIT 1"),
+                                _ => {
+                                    format!("SELECT email FROM orders WHERE id = {c}{i:03} LIMIT 1")
+                                }
+                            };
+                            let (status, body) = plain(
+                                api,
+                                "POST",
+                                "/v1/verify",
+                                &[("Authorization", BEARER)],
+                                &sql_body(&sql),
+                            )
+                            .unwrap_or_else(|e| panic!("{e}"));
+                            assert_eq!(status, 200, "{body}");
+                            let allowed = json(&body)["allowed"].as_bool();
+                            assert_eq!(allowed, Some(i % 2 == 0), "{sql}: {body}");
+                            (sql, i % 2 == 0)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        clients
+            .into_iter()
+            .flat_map(|c| c.join().unwrap_or_else(|_| panic!("client panicked")))
+            .collect()
+    });
+
+    let out = server.stop();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(pod.audit_path()).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), CLIENTS * EACH, "one event per decision");
+    assert_eq!(verify_chain(&lines), Ok(()));
+    let mut events = std::collections::HashMap::new();
+    for line in &lines {
+        let e = json(line);
+        let sql = e["sql"].as_str().map(str::to_string).unwrap_or_default();
+        assert_eq!(e["sql_sha256"], sha256_hex(sql.as_bytes()), "{line}");
+        assert_eq!(e["token"], "orders-agent", "{line}");
+        let decision = e["decision"].as_str().map(str::to_string);
+        assert!(events.insert(sql, decision).is_none(), "two events: {line}");
+    }
+    for (sql, allowed) in &answered {
+        let want = if *allowed { "allow" } else { "deny" };
+        assert_eq!(
+            events.get(sql).cloned().flatten().as_deref(),
+            Some(want),
+            "{sql}"
+        );
+    }
+}
+
 #[test]
 fn serve_requires_client_certificates_when_configured() {
     let pki = pki();
