@@ -4,7 +4,11 @@
 //!
 //! 1. every ConfigMap a pod template (the Deployment's or any ReplicaSet's)
 //!    mounts exists, and each policy file in it has content that a
-//!    HaltSQLPolicy reported `Valid` for its generation at some point;
+//!    HaltSQLPolicy reported `Valid` for its generation at some point, or
+//!    that the real `haltsql validate` accepts: a server takes the
+//!    operator's judgement before the policy's status write lands (see
+//!    docs/guide.md), and an edit may replace the content before that
+//!    write, so only the verdict itself can tell;
 //! 2. every object labelled as the operator's has a controller reference to
 //!    an existing HaltSQLServer;
 //! 3. at most one Deployment, Service, PodDisruptionBudget and NetworkPolicy
@@ -43,6 +47,8 @@ const MANAGED: &str = "app.kubernetes.io/managed-by=haltsql-operator";
 struct State {
     /// Content hashes some policy reported Valid for its generation.
     valid: BTreeSet<String>,
+    /// `haltsql validate`'s verdict on content never reported Valid, by hash.
+    judged: HashMap<String, bool>,
     /// Highest observedGeneration seen, by uid.
     generations: HashMap<String, i64>,
     /// Suspected violations and when they were first seen.
@@ -150,6 +156,33 @@ fn valid_hash(policy: &HaltSQLPolicy) -> Option<String> {
     let generation = policy.metadata.generation?;
     let observed = valid.observed_generation.or(status.observed_generation)?;
     (observed == generation).then(|| status.content_hash.clone())?
+}
+
+/// Whether the real `haltsql validate` accepts `document`, run as the
+/// operator runs it (sealed, empty environment, a private directory).
+fn haltsql_accepts(document: &str) -> bool {
+    let Ok(dir) = tempfile::tempdir() else {
+        return false;
+    };
+    if std::fs::write(dir.path().join("policy.yaml"), document).is_err() {
+        return false;
+    }
+    std::process::Command::new(haltsql_testkit::paths::haltsql_bin())
+        .args([
+            "validate",
+            "--sealed",
+            "--format",
+            "json",
+            "--",
+            "policy.yaml",
+        ])
+        .env_clear()
+        .current_dir(dir.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -354,7 +387,12 @@ async fn round(
                         continue;
                     }
                     let hash = hex::encode(Sha256::digest(content.as_bytes()));
-                    if !s.valid.contains(&hash) {
+                    if !s.valid.contains(&hash)
+                        && !*s
+                            .judged
+                            .entry(hash.clone())
+                            .or_insert_with(|| haltsql_accepts(content))
+                    {
                         suspects.push(format!(
                             "server {server}: ConfigMap {name} file {file} holds content never reported Valid ({})",
                             &hash[..12]
@@ -388,4 +426,23 @@ async fn round(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::haltsql_accepts;
+    use crate::workload;
+
+    /// The checker's fallback verdict must itself fail closed: what haltsql
+    /// rejects still counts against the operator.
+    #[test]
+    fn haltsql_accepts_a_valid_document_and_refuses_an_invalid_one() {
+        assert!(haltsql_accepts(&workload::document(
+            "agent-1",
+            &["id"],
+            None
+        )));
+        assert!(!haltsql_accepts(&workload::invalid_document("agent-1")));
+        assert!(!haltsql_accepts("not: [a policy"));
+    }
 }
