@@ -74,7 +74,11 @@ mod tests {
         (url, most)
     }
 
-    async fn send_at_once(client: &Client, requests: usize) {
+    /// The most requests the server had in hand when `requests` were sent
+    /// at once through a client bounded at `bound`; each is answered `{}`.
+    async fn most_at_once(bound: usize, requests: usize) -> usize {
+        let (url, most) = slow_server().await;
+        let client = bounded(Config::new(url.parse().unwrap()), bound).unwrap();
         let sends = (0..requests).map(|i| {
             let request = http::Request::get(format!("/api/v1/namespaces/n{i}"))
                 .body(Vec::new())
@@ -84,23 +88,16 @@ mod tests {
         for answer in futures::future::join_all(sends).await {
             assert_eq!(answer.unwrap(), "{}");
         }
+        most.load(Ordering::SeqCst)
     }
 
     #[tokio::test]
     async fn no_more_requests_than_the_bound_wait_at_once() {
-        let (url, most) = slow_server().await;
-        let config = Config::new(url.parse().unwrap());
-        let client = bounded(config, 3).unwrap();
-        send_at_once(&client, 12).await;
-        assert_eq!(most.load(Ordering::SeqCst), 3);
+        assert_eq!(most_at_once(3, 12).await, 3);
     }
 
     #[tokio::test]
     async fn a_bound_wider_than_the_requests_holds_none_back() {
-        let (url, most) = slow_server().await;
-        let config = Config::new(url.parse().unwrap());
-        let client = bounded(config, 64).unwrap();
-        send_at_once(&client, 12).await;
-        assert_eq!(most.load(Ordering::SeqCst), 12);
+        assert_eq!(most_at_once(64, 12).await, 12);
     }
 }
