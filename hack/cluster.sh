@@ -30,6 +30,10 @@ cmd=${1:-}
 mode=${2:-full}
 [ $# -ge 2 ] && shift 2 || shift $#
 
+# HALTSQL_KCM_EXTRA_FLAGS adds flags to kube-controller-manager (full, chaos
+# and node modes), for experiments such as a higher client rate limit
+# ("--kube-api-qps=200 --kube-api-burst=400"; see the README's benchmarks).
+#
 # HALTSQL_CLUSTER_PORT_OFFSET moves every port, so a second checkout can run
 # its own clusters beside the first. Every port stays below 32768, where the
 # kernel's ephemeral ports begin: a listener there can find its port taken
@@ -193,6 +197,8 @@ AUDIT
   wait_for "kube-apiserver /readyz" 120 kubectl get --raw /readyz
 
   if [ "$mode" = full ] || [ "$mode" = node ] || [ "$mode" = chaos ]; then
+    local kcm_extra_flags=()
+    read -r -a kcm_extra_flags <<<"${HALTSQL_KCM_EXTRA_FLAGS:-}"
     start kube-controller-manager "$bin/kube-controller-manager" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 \
@@ -201,7 +207,7 @@ AUDIT
       --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
       --controllers '*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle' \
       --concurrent-deployment-syncs 10 --concurrent-replicaset-syncs 10 --concurrent-gc-syncs 20 \
-      --v=1
+      "${kcm_extra_flags[@]}" --v=1
     start kube-scheduler "$bin/kube-scheduler" \
       --kubeconfig "$kubeconfig" --authentication-kubeconfig "$kubeconfig" --authorization-kubeconfig "$kubeconfig" \
       --bind-address 127.0.0.1 --secure-port 0 --leader-elect=false --v=1
