@@ -32,6 +32,36 @@ impl ControllerKind {
     }
 }
 
+/// How a reconcile ended, the `result` label of `haltsql_operator_reconciles_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReconcileResult {
+    /// The pass finished; the next one is at the resync.
+    Success,
+    /// The pass asked to be retried with backoff.
+    Requeue,
+    /// The pass is waiting for something (a validation, a rollout) and looks again later.
+    Waiting,
+    /// A write met a newer object (409); retried shortly.
+    Conflict,
+    /// The cache did not show the operator's own last status write yet; nothing was done.
+    Stale,
+    /// The pass failed; retried with backoff.
+    Error,
+}
+
+impl ReconcileResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Success => "success",
+            Self::Requeue => "requeue",
+            Self::Waiting => "waiting",
+            Self::Conflict => "conflict",
+            Self::Stale => "stale",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// Every series the operator exports. Names follow the Prometheus conventions
 /// (`_total` counters, `_seconds` histograms, a `haltsql_operator_` prefix).
 #[derive(Clone)]
@@ -235,7 +265,7 @@ pub struct ReconcileTimer {
     metrics: Metrics,
     controller: ControllerKind,
     started: std::time::Instant,
-    result: &'static str,
+    result: ReconcileResult,
 }
 
 impl Metrics {
@@ -248,14 +278,14 @@ impl Metrics {
             metrics: self.clone(),
             controller,
             started: std::time::Instant::now(),
-            result: "error",
+            result: ReconcileResult::Error,
         }
     }
 }
 
 impl ReconcileTimer {
-    /// Records the outcome: `success`, `requeue`, `waiting`, `conflict`, `stale` or `error`.
-    pub fn finish(mut self, result: &'static str) {
+    /// Records the outcome.
+    pub fn finish(mut self, result: ReconcileResult) {
         self.result = result;
     }
 }
@@ -273,7 +303,7 @@ impl Drop for ReconcileTimer {
             .observe(self.started.elapsed().as_secs_f64());
         self.metrics
             .reconciles
-            .with_label_values(&[controller, self.result])
+            .with_label_values(&[controller, self.result.as_str()])
             .inc();
     }
 }
@@ -341,7 +371,7 @@ mod tests {
         // Touch every labelled series so it is exported.
         metrics
             .start_reconcile(ControllerKind::Server)
-            .finish("success");
+            .finish(ReconcileResult::Success);
         metrics.write("ConfigMap", "apply");
         metrics.validator_runs.with_label_values(&["valid"]).inc();
         metrics

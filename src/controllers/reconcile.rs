@@ -15,7 +15,7 @@ use tracing::{Instrument, debug, info_span, warn};
 
 use super::backoff::Backoff;
 use super::context::{Context, object_key};
-use super::metrics::ControllerKind;
+use super::metrics::{ControllerKind, ReconcileResult};
 use super::status_patch::STALE_RECHECK;
 
 /// How a pass ended when it did not fail.
@@ -80,33 +80,33 @@ where
         let key = object_key(obj.namespace().as_deref(), &obj.name_any());
         let Some(obj) = ctx.own_writes.caught_up(K::store(&ctx), obj).await else {
             debug!("the cache does not show our last status write yet; looking again soon");
-            timer.finish("stale");
+            timer.finish(ReconcileResult::Stale);
             return Ok(Action::requeue(STALE_RECHECK));
         };
         match pass(obj, ctx.clone()).await {
             Ok(Pass::Done) => {
                 K::backoff(&ctx).succeeded(&key);
-                timer.finish("success");
+                timer.finish(ReconcileResult::Success);
                 Ok(Action::requeue(ctx.settings.resync))
             }
             Ok(Pass::RecheckIn(delay)) => {
                 K::backoff(&ctx).succeeded(&key);
-                timer.finish("waiting");
+                timer.finish(ReconcileResult::Waiting);
                 Ok(Action::requeue(delay))
             }
             Ok(Pass::Retry) => {
                 let delay = K::backoff(&ctx).failed(&key);
                 debug!(retry_in = ?delay, "retrying with backoff");
-                timer.finish("requeue");
+                timer.finish(ReconcileResult::Requeue);
                 Ok(Action::requeue(delay))
             }
             Err(e) if e.is_conflict() => {
                 debug!("conflict writing, requeueing");
-                timer.finish("conflict");
+                timer.finish(ReconcileResult::Conflict);
                 Ok(Action::requeue(K::CONFLICT_REQUEUE))
             }
             Err(e) => {
-                timer.finish("error");
+                timer.finish(ReconcileResult::Error);
                 Err(e)
             }
         }
