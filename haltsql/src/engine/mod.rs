@@ -395,14 +395,15 @@ fn decode_unicode_idents<'s>(
 
 /// Parses exactly one statement with the policy's dialect.
 fn parse_one(dialect: Dialect, sql: &str) -> Result<sqlparser::ast::Statement, Violation> {
-    let dialect: Box<dyn SqlDialect> = match dialect {
-        Dialect::Postgres => Box::new(PostgreSqlDialect {}),
-        Dialect::Mysql => Box::new(MySqlDialect {}),
-        Dialect::Sqlite => Box::new(SQLiteDialect {}),
-        Dialect::Generic => Box::new(GenericDialect {}),
+    // The dialects are unit structs: borrowed as statics, not boxed per call.
+    let dialect: &dyn SqlDialect = match dialect {
+        Dialect::Postgres => &PostgreSqlDialect {},
+        Dialect::Mysql => &MySqlDialect {},
+        Dialect::Sqlite => &SQLiteDialect {},
+        Dialect::Generic => &GenericDialect {},
     };
     let parse = |limit: usize| {
-        Parser::new(dialect.as_ref())
+        Parser::new(dialect)
             .with_recursion_limit(limit)
             .try_with_sql(sql)
             .and_then(|mut p| p.parse_statements())
