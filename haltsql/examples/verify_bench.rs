@@ -186,9 +186,13 @@ fn main() -> Result<(), Error> {
     let policy = Policy::new(&Rules::from(&config.policies[0]));
     let state = Arc::new(haltsql::serve::build_state(&config)?);
 
+    // As `haltsql serve` builds its runtime: the engine's stack, so small
+    // inputs are verified on the runtime's threads.
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cores)
         .thread_name("bench-server")
+        .thread_stack_size(haltsql::engine::ENGINE_STACK_BYTES)
+        .on_thread_start(haltsql::engine::mark_engine_stack)
         .enable_all()
         .build()?;
     let listener = server_rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))?;

@@ -558,7 +558,7 @@ fn serve_unauthenticated_mode_and_raw_sql() {
 /// Many decisions at once from several connections: every answered
 /// decision has exactly one audit event, all in one unbroken chain (seq
 /// 1..N, each `prev` the hash of the line before), and each event records
-/// the decision that was answered for its SQL. The verify pool's threads
+/// the decision that was answered for its SQL. The runtime's threads
 /// write the events, so a lost, doubled, torn or reordered event fails
 /// here.
 #[test]

@@ -6,7 +6,8 @@
 //! 1. a size cap, then a PostgreSQL-faithful pre-scan ([`lexer`]) for
 //!    nesting depth, token count and statement boundaries;
 //! 2. sqlparser (pinned version) with a recursion limit, on a thread with a
-//!    large stack ([`verify`] or [`pool::VerifyPool`]);
+//!    large stack ([`verify`], or in the server the runtime's threads and
+//!    [`pool::VerifyPool`]);
 //! 3. an explicit walk of the whole AST ([`walk`]) that checks statement
 //!    kinds, tables, columns, functions, casts, CTE scopes and LIMIT.
 
@@ -45,6 +46,25 @@ pub const MAX_WALK_DEPTH: usize = 400;
 pub const MAX_RELATIONS: usize = 32;
 /// Stack size of the threads that parse and walk.
 pub const ENGINE_STACK_BYTES: usize = 64 * 1024 * 1024;
+
+thread_local! {
+    /// Set by [`mark_engine_stack`] on threads started with a stack of
+    /// [`ENGINE_STACK_BYTES`].
+    static ENGINE_STACK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Declares that the current thread was started with a stack of
+/// [`ENGINE_STACK_BYTES`], so the server may verify on it directly
+/// ([`pool::VerifyPool::verify`]). Call it only from such a thread (the
+/// server's runtime calls it in `on_thread_start`).
+pub fn mark_engine_stack() {
+    ENGINE_STACK.with(|c| c.set(true));
+}
+
+/// Whether [`mark_engine_stack`] was called on this thread.
+pub(crate) fn on_engine_stack() -> bool {
+    ENGINE_STACK.with(std::cell::Cell::get)
+}
 
 /// SQL dialect of a policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -274,7 +294,7 @@ impl Decision {
 }
 
 /// Verify `sql` against `policy` on a fresh thread with a large stack.
-/// For the CLI and tests; the server uses [`pool::VerifyPool`].
+/// For the CLI and tests; the server uses [`pool::VerifyPool::verify`].
 pub fn verify(policy: &Policy, sql: &str) -> Decision {
     let result = std::thread::scope(|scope| {
         std::thread::Builder::new()
@@ -375,14 +395,15 @@ fn decode_unicode_idents<'s>(
 
 /// Parses exactly one statement with the policy's dialect.
 fn parse_one(dialect: Dialect, sql: &str) -> Result<sqlparser::ast::Statement, Violation> {
-    let dialect: Box<dyn SqlDialect> = match dialect {
-        Dialect::Postgres => Box::new(PostgreSqlDialect {}),
-        Dialect::Mysql => Box::new(MySqlDialect {}),
-        Dialect::Sqlite => Box::new(SQLiteDialect {}),
-        Dialect::Generic => Box::new(GenericDialect {}),
+    // The dialects are unit structs: borrowed as statics, not boxed per call.
+    let dialect: &dyn SqlDialect = match dialect {
+        Dialect::Postgres => &PostgreSqlDialect {},
+        Dialect::Mysql => &MySqlDialect {},
+        Dialect::Sqlite => &SQLiteDialect {},
+        Dialect::Generic => &GenericDialect {},
     };
     let parse = |limit: usize| {
-        Parser::new(dialect.as_ref())
+        Parser::new(dialect)
             .with_recursion_limit(limit)
             .try_with_sql(sql)
             .and_then(|mut p| p.parse_statements())

@@ -244,11 +244,7 @@ async fn verify(
         }
     };
     let sql = req.sql;
-    let decision = match state
-        .pool
-        .verify(Arc::clone(&caller.policy), sql.clone())
-        .await
-    {
+    let decision = match state.pool.verify(&caller.policy, &sql).await {
         Ok(d) => d,
         Err(e) => {
             tracing::error!(error = %e, "verify failed");

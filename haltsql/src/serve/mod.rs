@@ -30,7 +30,7 @@ use tokio::sync::watch;
 
 use crate::audit::{AuditError, AuditLog};
 use crate::engine::pool::{PoolError, VerifyPool};
-use crate::engine::{Policy, Rules};
+use crate::engine::{ENGINE_STACK_BYTES, Policy, Rules};
 use crate::load::{self, LoadedConfig, LogFormat};
 
 use app::AppState;
@@ -114,7 +114,11 @@ pub fn run(args: &ServeArgs) -> i32 {
         }
     };
     init_logging(&config);
+    // The runtime's threads get the engine's stack, so small inputs are
+    // verified where the request is handled (engine::pool).
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .thread_stack_size(ENGINE_STACK_BYTES)
+        .on_thread_start(crate::engine::mark_engine_stack)
         .enable_all()
         .build()
     {
