@@ -531,11 +531,20 @@ fn serve_unauthenticated_mode_and_raw_sql() {
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(json(&body)["violations"][0]["code"], "multiple_statements");
     // A deep input is a too_complex decision; the server keeps serving.
+    // At 1.8 KiB it is verified on the pool (over INLINE_MAX_SQL_BYTES).
     let deep = format!("SELECT {}1{} LIMIT 1", "(".repeat(900), ")".repeat(900));
     let (status, body) = plain(pod.api, "POST", "/v1/verify", &[], &sql_body(&deep))
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["violations"][0]["code"], "too_complex");
+    // Nearly as deep as the engine parses (MAX_NESTING is 64), and small
+    // enough to be verified on the thread that handles the request: it gets
+    // the engine's decision there too.
+    let nested = format!("SELECT {}1{} LIMIT 1", "(".repeat(60), ")".repeat(60));
+    let (status, body) = plain(pod.api, "POST", "/v1/verify", &[], &sql_body(&nested))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["allowed"], true, "{body}");
     // The API listener also answers the health routes.
     assert_eq!(
         plain(pod.api, "GET", "/healthz", &[], "").map(|r| r.0).ok(),
@@ -548,7 +557,7 @@ fn serve_unauthenticated_mode_and_raw_sql() {
         .lines()
         .map(str::to_string)
         .collect();
-    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert_eq!(lines.len(), 4, "{lines:#?}");
     assert_eq!(verify_chain(&lines), Ok(()));
     let e = json(&lines[0]);
     assert_eq!(e["token"], Value::Null);
