@@ -276,11 +276,14 @@ fn synced_condition(
             "the policy is not valid for its current generation, so no server loads it",
         );
     };
+    // Every policy pass looks at every server: compared in place, without
+    // copying a namespace or name per server.
+    let name = policy.name_any();
     let mut referencing: Vec<Arc<HaltSQLServer>> = servers
         .state()
         .into_iter()
-        .filter(|s| s.namespace() == policy.namespace())
-        .filter(|s| s.spec.policies.iter().any(|p| p.name == policy.name_any()))
+        .filter(|s| s.metadata.namespace == policy.metadata.namespace)
+        .filter(|s| s.spec.policies.iter().any(|p| p.name == name))
         .collect();
     if referencing.is_empty() {
         return DesiredCondition::new(
@@ -380,14 +383,18 @@ pub fn policies_affected_by(
         .map(|a| a.iter().map(|a| a.name.as_str()).collect())
         .unwrap_or_default();
     if !applied.is_empty() {
-        let namespace = server.namespace();
+        // Every server event looks at every policy: the namespace first, and
+        // compared in place (`namespace()` would copy one per policy).
         for policy in policies.state() {
+            if policy.metadata.namespace != server.metadata.namespace {
+                continue;
+            }
             let loaded = policy
                 .status
                 .as_ref()
                 .and_then(|s| s.policy_name.as_deref())
                 .is_some_and(|name| applied.contains(&name));
-            if loaded && policy.namespace() == namespace {
+            if loaded {
                 let reference = ObjectRef::from_obj(policy.as_ref());
                 if !refs.contains(&reference) {
                     refs.push(reference);

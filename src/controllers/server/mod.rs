@@ -25,12 +25,13 @@ pub fn servers_referencing(
     servers: &Store<HaltSQLServer>,
     policy: &HaltSQLPolicy,
 ) -> impl Iterator<Item = ObjectRef<HaltSQLServer>> + use<> {
-    let namespace = policy.namespace();
     let name = policy.name_any();
+    // This runs for every policy event over every server: the namespaces
+    // are compared in place (`namespace()` would copy one per server).
     let matches: Vec<ObjectRef<HaltSQLServer>> = servers
         .state()
         .into_iter()
-        .filter(|server| server.namespace() == namespace)
+        .filter(|server| server.metadata.namespace == policy.metadata.namespace)
         .filter(|server| server.spec.policies.iter().any(|p| p.name == name))
         .map(|server| ObjectRef::from_obj(server.as_ref()))
         .collect();
