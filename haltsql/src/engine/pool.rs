@@ -25,6 +25,11 @@ use super::{Decision, ENGINE_STACK_BYTES, Policy, on_engine_stack, verify_guarde
 /// about 50 ms: those stay on the pool, so they never hold a runtime thread.
 pub const INLINE_MAX_SQL_BYTES: usize = 1024;
 
+/// Whether [`VerifyPool::verify`] verifies `sql` on the calling thread.
+fn verifies_in_place(sql: &str) -> bool {
+    sql.len() <= INLINE_MAX_SQL_BYTES && on_engine_stack()
+}
+
 #[derive(Debug, Error)]
 pub enum PoolError {
     #[error("cannot start verify thread: {0}")]
@@ -97,7 +102,7 @@ impl VerifyPool {
         if self.closed.load(Ordering::Acquire) {
             return Err(PoolError::Stopped);
         }
-        if sql.len() <= INLINE_MAX_SQL_BYTES && on_engine_stack() {
+        if verifies_in_place(sql) {
             return Ok(verify_guarded(policy, sql));
         }
         let (reply, rx) = oneshot::channel();
@@ -200,9 +205,33 @@ mod tests {
         ));
     }
 
+    /// Polls `verify` once and finishes it on `rt`; says whether the first
+    /// poll answered. A verification in place always answers on the first
+    /// poll (it never waits). A pool job usually does not, but may when the
+    /// worker finishes before the poll looks, so only the first is asserted.
+    fn poll_once_then_finish(
+        rt: &tokio::runtime::Runtime,
+        pool: &VerifyPool,
+        policy: &Arc<Policy>,
+        sql: &str,
+    ) -> (bool, Result<Decision, PoolError>) {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let mut verify = std::pin::pin!(pool.verify(policy, sql));
+        match verify
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(answer) => (true, answer),
+            Poll::Pending => (false, rt.block_on(verify)),
+        }
+    }
+
     /// On a thread marked as having the engine's stack, small inputs are
-    /// verified in place and large ones still go through the queue; both
-    /// get the engine's own answer, and a closed pool refuses both.
+    /// verified in place (and answered on the first poll) and large ones
+    /// still go through the queue; unmarked threads always use the queue;
+    /// every path gets the engine's own answer, and a closed pool refuses
+    /// both.
     #[test]
     fn marked_threads_verify_small_inputs_in_place() {
         let pool = VerifyPool::new(1).unwrap();
@@ -216,13 +245,21 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let answers = std::thread::Builder::new()
+        // This thread is not marked: even a small input goes to the pool.
+        assert!(!verifies_in_place(&small));
+        let (_, answer) = poll_once_then_finish(&rt, &pool, &policy, &small);
+        assert!(answer.unwrap().allowed);
+        let results = std::thread::Builder::new()
             .stack_size(ENGINE_STACK_BYTES)
             .spawn(move || {
                 crate::engine::mark_engine_stack();
                 let answers: Vec<_> = [&small, &large, &denied]
                     .into_iter()
-                    .map(|sql| (sql.clone(), rt.block_on(pool.verify(&policy, sql))))
+                    .map(|sql| {
+                        let routed_in_place = verifies_in_place(sql);
+                        let (first_poll, answer) = poll_once_then_finish(&rt, &pool, &policy, sql);
+                        (sql.clone(), routed_in_place, first_poll, answer)
+                    })
                     .collect();
                 pool.close();
                 let refused = rt.block_on(pool.verify(&policy, &small));
@@ -231,13 +268,23 @@ mod tests {
             .unwrap()
             .join()
             .unwrap();
-        let (answers, refused, policy) = answers;
-        for (sql, answer) in &answers {
+        let (answers, refused, policy) = results;
+        for (sql, _, _, answer) in &answers {
             assert_eq!(answer.as_ref().unwrap(), &verify(&policy, sql), "{sql}");
         }
-        assert!(answers[0].1.as_ref().unwrap().allowed);
-        assert!(answers[1].1.as_ref().unwrap().allowed);
-        assert!(!answers[2].1.as_ref().unwrap().allowed);
+        let routed: Vec<bool> = answers.iter().map(|a| a.1).collect();
+        assert_eq!(
+            routed,
+            [true, false, false],
+            "small in place, large on the pool"
+        );
+        assert!(
+            answers[0].2,
+            "the small input was not answered on the first poll"
+        );
+        assert!(answers[0].3.as_ref().unwrap().allowed);
+        assert!(answers[1].3.as_ref().unwrap().allowed);
+        assert!(!answers[2].3.as_ref().unwrap().allowed);
         assert!(refused);
     }
 }

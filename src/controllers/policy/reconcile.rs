@@ -64,6 +64,7 @@ use crate::controllers::context::Context;
 use crate::controllers::judgement::Judgement;
 use crate::controllers::metrics::ControllerKind;
 use crate::controllers::reconcile::{self as wrapper, Pass, PassError, Reconciled, is_conflict};
+use crate::controllers::server;
 use crate::render;
 
 /// Servers named in a `Synced` message before the rest are counted.
@@ -276,15 +277,7 @@ fn synced_condition(
             "the policy is not valid for its current generation, so no server loads it",
         );
     };
-    // Every policy pass looks at every server: compared in place, without
-    // copying a namespace or name per server.
-    let name = policy.name_any();
-    let mut referencing: Vec<Arc<HaltSQLServer>> = servers
-        .state()
-        .into_iter()
-        .filter(|s| s.metadata.namespace == policy.metadata.namespace)
-        .filter(|s| s.spec.policies.iter().any(|p| p.name == name))
-        .collect();
+    let mut referencing = server::servers_listing(servers, policy);
     if referencing.is_empty() {
         return DesiredCondition::new(
             ConditionStatus::False,
